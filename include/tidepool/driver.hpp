@@ -1,0 +1,176 @@
+// tidepool/driver.hpp: the device interface, everything the pool asks of a GPU driver.
+//
+// Two implementations live in src/device/: `sim` (a simulated GPU with exact accounting, used by
+// CI and by the replay tool) and `cuda` (the CUDA driver API, loaded at run time). The core never
+// talks to CUDA directly; it only calls this interface, so a replay on sim and a run on an H200
+// exercise the same pool code.
+//
+// Conventions: calls return a driver_status and never throw; addresses are plain integers
+// (device_address) because the pool does arithmetic on them; streams and events are CUDA's own
+// opaque pointer types, declared here so that a cudaStream_t converts without a cast and no CUDA
+// header is needed.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+struct CUstream_st;  // cudaStream_t / CUstream is CUstream_st*
+struct CUevent_st;   // cudaEvent_t / CUevent is CUevent_st*
+
+namespace tidepool {
+
+/// A CUDA stream (cudaStream_t). nullptr is the legacy default stream.
+using stream_t = ::CUstream_st*;
+/// A CUDA event (cudaEvent_t).
+using event_t = ::CUevent_st*;
+/// A device virtual address.
+using device_address = std::uintptr_t;
+/// A physical memory handle (CUmemGenericAllocationHandle).
+using physical_handle = std::uint64_t;
+
+/// Outcome of one driver call.
+enum class driver_status : std::uint8_t {
+  success,
+  out_of_memory,  ///< the device (or an injected capacity limit) has no room
+  invalid_value,  ///< a bad argument: unknown handle, unaligned size, wrong device
+  not_supported,  ///< e.g. the virtual memory API on a device without it
+  not_ready,      ///< event_query: the event has not completed yet
+  error,          ///< anything else the driver reported
+};
+
+/// Short name of a status, e.g. "out_of_memory".
+[[nodiscard]] std::string_view to_string(driver_status status) noexcept;
+
+/// Every driver call the device layer counts (and sim models the cost of).
+enum class driver_call : std::uint8_t {
+  address_reserve,    ///< cuMemAddressReserve
+  address_free,       ///< cuMemAddressFree
+  mem_create,         ///< cuMemCreate
+  mem_release,        ///< cuMemRelease
+  mem_map,            ///< cuMemMap
+  mem_set_access,     ///< cuMemSetAccess
+  mem_unmap,          ///< cuMemUnmap
+  mem_alloc,          ///< cuMemAlloc / cudaMalloc (fallback segments, `exact` baseline)
+  mem_free,           ///< cuMemFree / cudaFree
+  mem_get_info,       ///< cuMemGetInfo
+  event_create,       ///< cuEventCreate
+  event_destroy,      ///< cuEventDestroy
+  event_record,       ///< cuEventRecord
+  event_query,        ///< cuEventQuery
+  event_synchronize,  ///< cuEventSynchronize
+  stream_create,      ///< cuStreamCreate
+  stream_destroy,     ///< cuStreamDestroy
+  stream_wait_event,  ///< cuStreamWaitEvent
+  stream_synchronize, ///< cuStreamSynchronize
+  async_pool_trim,    ///< cuMemPoolTrimTo on the stream-ordered pools
+  count_              ///< number of kinds, not a call
+};
+inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver_call::count_);
+
+/// Name of a call, e.g. "mem_create".
+[[nodiscard]] std::string_view to_string(driver_call call) noexcept;
+
+/// How many calls of each kind were made and how long they took: measured wall time on `cuda`,
+/// the modelled cost (DESIGN 2a, measured on an H200) on `sim`.
+struct driver_call_counts {
+  std::array<std::uint64_t, driver_call_kinds> calls{};
+  std::array<double, driver_call_kinds> microseconds{};
+
+  [[nodiscard]] std::uint64_t of(driver_call c) const noexcept { return calls[static_cast<std::size_t>(c)]; }
+  [[nodiscard]] double us_of(driver_call c) const noexcept { return microseconds[static_cast<std::size_t>(c)]; }
+  [[nodiscard]] std::uint64_t total_calls() const noexcept;
+  [[nodiscard]] double total_us() const noexcept;
+  /// Calls that move memory (reserve, create, map, set access, unmap, release, alloc, free):
+  /// what "driver calls" means in replay reports.
+  [[nodiscard]] std::uint64_t memory_calls() const noexcept;
+  [[nodiscard]] double memory_us() const noexcept;
+  driver_call_counts& operator-=(const driver_call_counts& other) noexcept;
+};
+
+/// Memory of one device as the driver sees it.
+struct device_memory_info {
+  std::size_t total = 0;  ///< capacity of the device
+  std::size_t free = 0;   ///< free device-wide (other processes count against it)
+  /// Device memory held by this process (NVML on cuda, exact on sim); unknown_bytes if unknown.
+  std::size_t process_used = 0;
+  static constexpr std::size_t unknown_bytes = static_cast<std::size_t>(-1);
+};
+
+/// The device interface. Implementations must be thread safe: pools of several devices call one
+/// driver from several threads at once.
+class driver {
+ public:
+  driver() = default;
+  driver(const driver&) = delete;
+  driver& operator=(const driver&) = delete;
+  virtual ~driver() = default;
+
+  /// "sim" or "cuda".
+  [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] virtual int device_count() = 0;
+  /// Whether this process already holds a context on `device`. Never opens one.
+  [[nodiscard]] virtual bool has_context(int device) = 0;
+  /// Opens (retains) the primary context of `device`; pools call this once when created.
+  virtual driver_status open_context(int device) = 0;
+  /// Whether `device` supports the virtual memory API (else pools use mem_alloc segments).
+  [[nodiscard]] virtual bool supports_virtual_memory(int device) = 0;
+  /// Physical allocation granularity of `device` (2 MiB on current GPUs).
+  [[nodiscard]] virtual std::size_t granularity(int device) = 0;
+
+  // Virtual address space.
+  virtual driver_status address_reserve(int device, std::size_t size, std::size_t alignment,
+                                        device_address* out) = 0;
+  virtual driver_status address_free(int device, device_address address, std::size_t size) = 0;
+
+  // Physical memory, in multiples of granularity().
+  virtual driver_status mem_create(int device, std::size_t size, physical_handle* out) = 0;
+  virtual driver_status mem_release(int device, physical_handle handle) = 0;
+  /// Maps the whole of `handle` (of `size` bytes) at `address` and grants `device` read/write
+  /// access: cuMemMap followed by cuMemSetAccess, counted as two calls.
+  virtual driver_status mem_map(int device, device_address address, std::size_t size,
+                                physical_handle handle) = 0;
+  /// Grants `peer_device` access to an already mapped range (peer access).
+  virtual driver_status mem_set_access(int device, device_address address, std::size_t size,
+                                       int peer_device) = 0;
+  /// Unmaps a range. Does not wait for the GPU: the caller must know no queued work uses it.
+  virtual driver_status mem_unmap(int device, device_address address, std::size_t size) = 0;
+
+  // Plain allocations: the fallback where the virtual memory API is missing, and baselines.
+  virtual driver_status mem_alloc(int device, std::size_t size, device_address* out) = 0;
+  virtual driver_status mem_free(int device, device_address address) = 0;
+
+  [[nodiscard]] virtual device_memory_info memory_info(int device) = 0;
+
+  // Streams and events.
+  virtual driver_status stream_create(int device, stream_t* out) = 0;
+  virtual driver_status stream_destroy(int device, stream_t stream) = 0;
+  /// Whether `stream` may be used on `device` (nullptr, the default stream, is valid everywhere).
+  [[nodiscard]] virtual bool stream_on_device(stream_t stream, int device) = 0;
+  virtual driver_status event_create(int device, event_t* out) = 0;
+  virtual driver_status event_destroy(int device, event_t event) = 0;
+  virtual driver_status event_record(int device, event_t event, stream_t stream) = 0;
+  /// success when the event completed, not_ready while work before it is still queued.
+  virtual driver_status event_query(int device, event_t event) = 0;
+  virtual driver_status event_synchronize(int device, event_t event) = 0;
+  virtual driver_status stream_wait_event(int device, stream_t stream, event_t event) = 0;
+  virtual driver_status stream_synchronize(int device, stream_t stream) = 0;
+
+  /// Trims the CUDA stream-ordered (cudaMallocAsync) pools of `device`, the default pool and the
+  /// current one, to zero. Returns the bytes handed back where the driver tells, else 0.
+  virtual std::size_t trim_async_pools(int device) = 0;
+
+  /// Calls made so far through this driver.
+  [[nodiscard]] virtual driver_call_counts call_counts() const = 0;
+};
+
+/// The CUDA driver, loaded at run time. Throws tidepool::error if libcuda.so.1 cannot be loaded
+/// or has no device; cuda_driver_unavailable_reason() says why without throwing.
+[[nodiscard]] std::shared_ptr<driver> make_cuda_driver();
+/// Empty when make_cuda_driver() would succeed, else the reason it would not.
+[[nodiscard]] std::string cuda_driver_unavailable_reason();
+
+}  // namespace tidepool

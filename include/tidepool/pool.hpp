@@ -1,0 +1,122 @@
+// tidepool/pool.hpp: the pool of one device. Thread safe.
+//
+//   auto pool = tidepool::pool(tidepool::make_cuda_driver(), /*device=*/0);
+//   void* p = pool.allocate(1 << 20, stream);
+//   pool.deallocate(p, stream);
+//   std::size_t returned = pool.release();   // bytes handed back to the driver
+//
+// Physical memory comes in handles mapped into reserved address ranges, so a free handle goes back
+// even when its neighbours are in use (docs/DESIGN.md). The implementation is in src/core/.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "tidepool/driver.hpp"
+#include "tidepool/errors.hpp"
+
+namespace tidepool {
+
+namespace detail {
+class pool_impl;
+}
+
+/// How long an allocation is expected to live. Persistent requests are placed apart from
+/// scratch, so a long-lived array never pins a freed scratch region.
+enum class lifetime : std::uint8_t {
+  scratch,     ///< the default: freed soon, reused often
+  persistent,  ///< lives long (weights, kept results, caches)
+};
+
+/// When free physical memory goes back to the driver. It always goes back on release() and
+/// under memory pressure (the out-of-memory path); these add automatic release.
+struct release_policy {
+  /// Keep at most this many free (cached) bytes; above it, free handles go back at once.
+  std::size_t max_cached_bytes = static_cast<std::size_t>(-1);
+  /// Free handles unused for this long go back (checked on allocate/deallocate); 0 = never.
+  std::chrono::milliseconds decay{0};
+  /// Hand free handles back as soon as they are free (slow; for debugging and tight sharing).
+  bool immediate = false;
+};
+
+/// Options of a pool. The defaults suit training and inference.
+struct pool_options {
+  /// Never map more than this many bytes (physical memory held by the pool).
+  std::size_t byte_cap = static_cast<std::size_t>(-1);
+  /// Leave at least this many bytes free on the device (checked against the driver's free).
+  std::size_t headroom = 0;
+  /// Requests below this size are packed into pages of their own.
+  std::size_t small_size_threshold = std::size_t{1} << 20;
+  release_policy release{};
+  /// Reserve address space in ranges of this size (0: the device's capacity, rounded).
+  std::size_t address_range_bytes = 0;
+};
+
+/// A snapshot of a pool's figures. "mapped" is physical memory held (created and mapped or
+/// cached unmapped); "in use" counts live blocks as placed (rounded to alignment); "requested"
+/// counts live bytes as asked for.
+struct pool_stats {
+  std::size_t in_use_bytes = 0;
+  std::size_t requested_bytes = 0;
+  std::size_t cached_bytes = 0;           ///< held by the pool but not in use: mapped - in use
+  std::size_t mapped_bytes = 0;           ///< physical memory held (what the driver counts)
+  std::size_t reserved_address_bytes = 0; ///< virtual address space reserved
+  std::size_t peak_in_use_bytes = 0;
+  std::size_t peak_requested_bytes = 0;
+  std::size_t peak_mapped_bytes = 0;
+  std::size_t live_allocations = 0;
+  std::uint64_t allocations = 0;          ///< total allocate() calls that succeeded
+  std::uint64_t deallocations = 0;
+  std::uint64_t out_of_memory_recoveries = 0; ///< allocations saved by the out-of-memory path
+  std::size_t released_bytes = 0;         ///< total handed back to the driver so far
+  driver_call_counts driver{};            ///< calls this pool made
+
+  /// Memory held but not in use (mapped minus in use).
+  [[nodiscard]] std::size_t fragmentation_bytes() const noexcept { return mapped_bytes - in_use_bytes; }
+};
+
+/// The pool of one device.
+class pool {
+ public:
+  /// Creates the pool of `device` on `drv` (opening the device's context if needed).
+  pool(std::shared_ptr<driver> drv, int device, pool_options options = {});
+  ~pool();
+  pool(const pool&) = delete;
+  pool& operator=(const pool&) = delete;
+  pool(pool&&) noexcept;
+  pool& operator=(pool&&) noexcept;
+
+  /// Allocates `bytes` (aligned to 256 bytes at least) for use on `stream`. Throws
+  /// tidepool::error on bad input and tidepool::out_of_memory when nothing can be reclaimed.
+  [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = nullptr,
+                               lifetime hint = lifetime::scratch);
+  /// Frees `ptr`, last used on `stream`: it is reused at once on `stream`, and on other streams
+  /// once the work queued on `stream` at this point has completed.
+  void deallocate(void* ptr, stream_t stream = nullptr);
+  /// Marks `ptr` as used on `stream` too (like PyTorch's record_stream): its memory is not
+  /// reused until the work queued on `stream` before its free has completed.
+  void record_stream(void* ptr, stream_t stream);
+  /// Hands every free physical handle back to the driver (waiting for pending frees first).
+  /// Returns the bytes handed back.
+  std::size_t release();
+  /// Size of the live allocation at `ptr` as requested; throws tidepool::error if not live.
+  [[nodiscard]] std::size_t allocation_size(const void* ptr) const;
+  /// Whether `ptr` is a live allocation of this pool.
+  [[nodiscard]] bool owns(const void* ptr) const;
+  /// The largest allocation that could succeed now: cached free memory plus what the driver
+  /// could still give, within the byte cap and headroom.
+  [[nodiscard]] std::size_t available_bytes() const;
+  [[nodiscard]] pool_stats stats() const;
+  [[nodiscard]] int device() const noexcept;
+  [[nodiscard]] const pool_options& options() const noexcept;
+  [[nodiscard]] const std::shared_ptr<driver>& get_driver() const noexcept;
+  /// Grants `peer_device` access to every page this pool maps, now and later.
+  void enable_peer_access(int peer_device);
+
+ private:
+  std::unique_ptr<detail::pool_impl> impl_;
+};
+
+}  // namespace tidepool

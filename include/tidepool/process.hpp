@@ -1,0 +1,38 @@
+// tidepool/process.hpp: the process-wide layer, one pool per device over one driver.
+//
+// Front ends (the C API, the Python package) use these; a C++ program may too, or may own its
+// pools directly. The driver is the CUDA driver unless TIDEPOOL_DEVICE=sim selects the simulated
+// GPU (or set_default_driver() was called before the first pool was made).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "tidepool/driver.hpp"
+#include "tidepool/pool.hpp"
+
+namespace tidepool {
+
+/// The process's driver: set_default_driver()'s, else sim when TIDEPOOL_DEVICE=sim, else CUDA.
+/// Throws tidepool::error (unavailable) when CUDA is asked for and absent.
+[[nodiscard]] std::shared_ptr<driver> default_driver();
+/// Replaces the process's driver; only allowed before the first pool exists.
+void set_default_driver(std::shared_ptr<driver> drv);
+/// Options for pools the process creates from now on.
+void set_default_pool_options(const pool_options& options);
+
+/// The process's pool of `device`, created on first use.
+[[nodiscard]] pool& device_pool(int device);
+/// The pools created so far, by device (nullptr where none).
+[[nodiscard]] std::vector<pool*> existing_pools();
+
+/// Hands back every cached byte this process holds on every GPU it has opened, and on no other:
+/// tidepool's pools, the CUDA async pools, then the reclaim hooks. Returns the bytes handed back,
+/// from the allocators' own counts.
+std::size_t release_cached_memory();
+/// The largest allocation that could succeed on `device` now: the pool's cache plus what the
+/// driver reports free, less headroom and byte cap.
+[[nodiscard]] std::size_t available_bytes(int device);
+
+}  // namespace tidepool

@@ -1,0 +1,123 @@
+// tidepool/sim.hpp: the simulated GPU, a driver with exact accounting.
+//
+// CI runs on it and the replay tool uses it by default. It keeps: capacity and memory held by
+// other processes; granularity; which devices hold a context; a count and a modelled cost of
+// every driver call (the per-call costs measured on an H200, DESIGN 2a); streams as queues on a
+// logical clock, so event completion is deterministic; injected faults; and a check that nothing
+// is unmapped while queued work may still touch it. Optionally, mapped memory is real host memory
+// so a test can see two live blocks that share bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tidepool/driver.hpp"
+
+namespace tidepool {
+
+/// Settings of a simulated machine.
+struct sim_config {
+  int device_count = 1;
+  /// Capacity of each device. The default is an H200 as the driver reports it (143,771 MiB).
+  std::size_t capacity = std::size_t{143771} << 20;
+  /// Bytes of each device held by other processes (count against free, not against us).
+  std::size_t other_processes_bytes = 0;
+  std::size_t granularity = std::size_t{2} << 20;
+  /// Devices on which this process already holds a context at start.
+  std::vector<int> devices_with_context = {};
+  /// Device memory a context costs when opened (550 MiB on an H200; 0 by default).
+  std::size_t context_bytes = 0;
+  bool virtual_memory = true;
+  /// Back mapped memory with host memory, so tests can write and read blocks (small devices only).
+  bool back_with_host_memory = false;
+};
+
+namespace detail {
+class sim_state;
+}
+
+/// The simulated GPU.
+class sim_driver final : public driver {
+ public:
+  explicit sim_driver(sim_config config = {});
+  ~sim_driver() override;
+
+  // --- the driver interface ---
+  [[nodiscard]] std::string name() const override;
+  [[nodiscard]] int device_count() override;
+  [[nodiscard]] bool has_context(int device) override;
+  driver_status open_context(int device) override;
+  [[nodiscard]] bool supports_virtual_memory(int device) override;
+  [[nodiscard]] std::size_t granularity(int device) override;
+  driver_status address_reserve(int device, std::size_t size, std::size_t alignment,
+                                device_address* out) override;
+  driver_status address_free(int device, device_address address, std::size_t size) override;
+  driver_status mem_create(int device, std::size_t size, physical_handle* out) override;
+  driver_status mem_release(int device, physical_handle handle) override;
+  driver_status mem_map(int device, device_address address, std::size_t size,
+                        physical_handle handle) override;
+  driver_status mem_set_access(int device, device_address address, std::size_t size,
+                               int peer_device) override;
+  driver_status mem_unmap(int device, device_address address, std::size_t size) override;
+  driver_status mem_alloc(int device, std::size_t size, device_address* out) override;
+  driver_status mem_free(int device, device_address address) override;
+  [[nodiscard]] device_memory_info memory_info(int device) override;
+  driver_status stream_create(int device, stream_t* out) override;
+  driver_status stream_destroy(int device, stream_t stream) override;
+  [[nodiscard]] bool stream_on_device(stream_t stream, int device) override;
+  driver_status event_create(int device, event_t* out) override;
+  driver_status event_destroy(int device, event_t event) override;
+  driver_status event_record(int device, event_t event, stream_t stream) override;
+  driver_status event_query(int device, event_t event) override;
+  driver_status event_synchronize(int device, event_t event) override;
+  driver_status stream_wait_event(int device, stream_t stream, event_t event) override;
+  driver_status stream_synchronize(int device, stream_t stream) override;
+  std::size_t trim_async_pools(int device) override;
+  [[nodiscard]] driver_call_counts call_counts() const override;
+
+  // --- the logical clock and queued work ---
+  /// Queues work of `duration_us` on `stream` that touches [address, address + bytes)
+  /// (bytes = 0: touches nothing the allocator owns). Completes at max(now, stream tail) + duration.
+  void launch(int device, stream_t stream, double duration_us, device_address address = 0,
+              std::size_t bytes = 0);
+  /// Current logical time in microseconds.
+  [[nodiscard]] double now() const;
+  /// Moves the clock forward (work completes as its time passes).
+  void advance(double microseconds);
+  /// Moves the clock to when every stream is idle.
+  void run_until_idle();
+
+  // --- the simulated CUDA async pool (cudaMallocAsync with a raised release threshold) ---
+  /// Parks `bytes` in device's stream-ordered pool: counted as held by this process until
+  /// trim_async_pools() hands them back.
+  void park_in_async_pool(int device, std::size_t bytes);
+  [[nodiscard]] std::size_t async_pool_bytes(int device) const;
+
+  // --- fault injection ---
+  /// The `nth` (1-based) next call of `call` fails with `status`.
+  void fail_nth(driver_call call, std::uint64_t nth, driver_status status = driver_status::out_of_memory);
+  /// Physical memory (mem_create + mem_alloc) beyond `bytes` on `device` fails with out_of_memory.
+  void set_capacity_limit(int device, std::size_t bytes);
+  /// Changes the bytes other processes hold on `device`.
+  void set_other_processes_bytes(int device, std::size_t bytes);
+
+  // --- checks ---
+  /// Times mem_unmap or mem_release hit a range that queued, unfinished work touches.
+  [[nodiscard]] std::uint64_t unsafe_unmap_count() const;
+  /// Physical bytes this process holds on `device` (handles, plain allocations, async pool, context).
+  [[nodiscard]] std::size_t physical_bytes(int device) const;
+  /// Bytes currently mapped on `device`.
+  [[nodiscard]] std::size_t mapped_bytes(int device) const;
+  /// Host memory standing for [address, address + bytes) when back_with_host_memory is set and the
+  /// whole range is mapped; nullptr otherwise.
+  [[nodiscard]] std::byte* host_view(int device, device_address address, std::size_t bytes);
+  /// Zeroes the call counts.
+  void reset_call_counts();
+
+ private:
+  std::unique_ptr<detail::sim_state> state_;
+};
+
+}  // namespace tidepool

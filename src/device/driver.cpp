@@ -1,0 +1,100 @@
+// The parts of the device interface shared by every driver: names of statuses and calls, and the
+// sums over call counts.
+#include "tidepool/driver.hpp"
+
+#include <numeric>
+
+namespace tidepool {
+
+std::string_view to_string(driver_status status) noexcept {
+  switch (status) {
+    case driver_status::success: return "success";
+    case driver_status::out_of_memory: return "out_of_memory";
+    case driver_status::invalid_value: return "invalid_value";
+    case driver_status::not_supported: return "not_supported";
+    case driver_status::not_ready: return "not_ready";
+    case driver_status::error: return "error";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(driver_call call) noexcept {
+  switch (call) {
+    case driver_call::address_reserve: return "address_reserve";
+    case driver_call::address_free: return "address_free";
+    case driver_call::mem_create: return "mem_create";
+    case driver_call::mem_release: return "mem_release";
+    case driver_call::mem_map: return "mem_map";
+    case driver_call::mem_set_access: return "mem_set_access";
+    case driver_call::mem_unmap: return "mem_unmap";
+    case driver_call::mem_alloc: return "mem_alloc";
+    case driver_call::mem_free: return "mem_free";
+    case driver_call::mem_get_info: return "mem_get_info";
+    case driver_call::event_create: return "event_create";
+    case driver_call::event_destroy: return "event_destroy";
+    case driver_call::event_record: return "event_record";
+    case driver_call::event_query: return "event_query";
+    case driver_call::event_synchronize: return "event_synchronize";
+    case driver_call::stream_create: return "stream_create";
+    case driver_call::stream_destroy: return "stream_destroy";
+    case driver_call::stream_wait_event: return "stream_wait_event";
+    case driver_call::stream_synchronize: return "stream_synchronize";
+    case driver_call::async_pool_trim: return "async_pool_trim";
+    case driver_call::count_: break;
+  }
+  return "unknown";
+}
+
+namespace {
+// The calls that move memory: what a replay report counts as driver work.
+bool moves_memory(std::size_t kind) noexcept {
+  switch (static_cast<driver_call>(kind)) {
+    case driver_call::address_reserve:
+    case driver_call::address_free:
+    case driver_call::mem_create:
+    case driver_call::mem_release:
+    case driver_call::mem_map:
+    case driver_call::mem_set_access:
+    case driver_call::mem_unmap:
+    case driver_call::mem_alloc:
+    case driver_call::mem_free:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
+std::uint64_t driver_call_counts::total_calls() const noexcept {
+  return std::accumulate(calls.begin(), calls.end(), std::uint64_t{0});
+}
+
+double driver_call_counts::total_us() const noexcept {
+  return std::accumulate(microseconds.begin(), microseconds.end(), 0.0);
+}
+
+std::uint64_t driver_call_counts::memory_calls() const noexcept {
+  std::uint64_t sum = 0;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    if (moves_memory(k)) sum += calls[k];
+  }
+  return sum;
+}
+
+double driver_call_counts::memory_us() const noexcept {
+  double sum = 0;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    if (moves_memory(k)) sum += microseconds[k];
+  }
+  return sum;
+}
+
+driver_call_counts& driver_call_counts::operator-=(const driver_call_counts& other) noexcept {
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    calls[k] -= other.calls[k];
+    microseconds[k] -= other.microseconds[k];
+  }
+  return *this;
+}
+
+}  // namespace tidepool
