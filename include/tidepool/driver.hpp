@@ -163,8 +163,17 @@ class driver {
   /// current one, to zero. Returns the bytes handed back where the driver tells, else 0.
   virtual std::size_t trim_async_pools(int device) = 0;
 
-  /// Calls made so far through this driver.
+  /// Calls made so far through this driver, by every user of it.
   [[nodiscard]] virtual driver_call_counts call_counts() const = 0;
+
+  /// The modelled cost in microseconds of one `call` on `bytes` (sim), or a negative number
+  /// where costs are real and must be timed (cuda). Lets a pool account its own calls' time
+  /// when several pools share a driver.
+  [[nodiscard]] virtual double modelled_cost_us(driver_call call, std::size_t bytes) const {
+    (void)call;
+    (void)bytes;
+    return -1.0;
+  }
 };
 
 /// The CUDA driver, loaded at run time. Throws tidepool::error if libcuda.so.1 cannot be loaded

@@ -76,6 +76,7 @@ class sim_driver final : public driver {
   driver_status stream_synchronize(int device, stream_t stream) override;
   std::size_t trim_async_pools(int device) override;
   [[nodiscard]] driver_call_counts call_counts() const override;
+  [[nodiscard]] double modelled_cost_us(driver_call call, std::size_t bytes) const override;
 
   // --- the logical clock and queued work ---
   /// Queues work of `duration_us` on `stream` that touches [address, address + bytes)
