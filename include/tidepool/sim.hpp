@@ -114,6 +114,9 @@ class sim_driver final : public driver {
   /// Host memory standing for [address, address + bytes) when back_with_host_memory is set and the
   /// whole range is mapped; nullptr otherwise.
   [[nodiscard]] std::byte* host_view(int device, device_address address, std::size_t bytes);
+  /// Whether `peer_device` may access the mapped byte at `address` of `device` (the owning device
+  /// after mem_map, peers after mem_set_access); false where nothing is mapped.
+  [[nodiscard]] bool has_access(int device, device_address address, int peer_device) const;
   /// Zeroes the call counts.
   void reset_call_counts();
 

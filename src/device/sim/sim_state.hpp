@@ -1,0 +1,141 @@
+// The state behind tidepool::sim_driver: every device's memory, address space, streams and queued
+// work, the events, the logical clock, the call counts and the injected faults, under one mutex.
+//
+// sim_driver's methods lock `mutex`, call begin_call() (which counts the call, applies an injected
+// fault and checks the device, its context and the virtual memory API), then change the state.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "device/sim/address_space.hpp"
+#include "tidepool/driver.hpp"
+#include "tidepool/sim.hpp"
+
+namespace tidepool::detail {
+
+/// One physical handle (mem_create). A released handle that is still mapped lives on, as in CUDA,
+/// until its last mapping goes.
+struct sim_handle {
+  std::size_t size = 0;
+  std::uint32_t mappings = 0;
+  bool released = false;
+  int memfd = -1;  ///< host backing only
+};
+
+/// One reserved virtual range (address_reserve).
+struct sim_reservation {
+  std::size_t size = 0;
+  std::uint32_t mappings = 0;
+};
+
+/// One mapping of a whole handle (mem_map), and the devices that may access it.
+struct sim_mapping {
+  std::size_t size = 0;
+  physical_handle handle = 0;
+  device_address reservation = 0;
+  std::vector<int> access;
+};
+
+/// One plain allocation (mem_alloc).
+struct sim_allocation {
+  std::size_t size = 0;
+  std::size_t held = 0;        ///< physical bytes it holds: size rounded up to 512 B
+  std::size_t host_bytes = 0;  ///< bytes of host memory behind it (host backing only)
+};
+
+/// Work queued on a stream that touches allocator-owned memory until it completes.
+struct sim_queued_work {
+  double completes_at = 0;
+  device_address address = 0;
+  std::size_t bytes = 0;
+};
+
+/// Everything about one simulated device.
+struct sim_device {
+  explicit sim_device(int ordinal) : addresses(ordinal) {}
+
+  bool context = false;
+  std::size_t other_processes_bytes = 0;
+  std::size_t capacity_limit = static_cast<std::size_t>(-1);  ///< on handle + allocation bytes
+  std::size_t handle_bytes = 0;
+  std::size_t allocation_bytes = 0;
+  std::size_t async_pool_bytes = 0;
+  std::size_t context_bytes = 0;
+  std::size_t mapped_bytes = 0;
+  sim_address_space addresses;
+  std::map<device_address, sim_reservation> reservations;
+  std::map<device_address, sim_mapping> mappings;
+  std::map<device_address, sim_allocation> allocations;
+  std::unordered_map<physical_handle, sim_handle> handles;
+  std::unordered_map<stream_t, double> stream_tails;  ///< created streams -> when their work ends
+  double default_stream_tail = 0;
+  std::vector<sim_queued_work> queued_work;
+  double busy_until = 0;  ///< when every stream of the device is idle
+
+  /// Physical bytes this process holds on the device.
+  [[nodiscard]] std::size_t physical_bytes() const noexcept {
+    return handle_bytes + allocation_bytes + async_pool_bytes + context_bytes;
+  }
+};
+
+/// An event: the device it belongs to and the logical time its captured work completes.
+struct sim_event {
+  int device = 0;
+  double completes_at = 0;
+};
+
+/// What a call requires of its device beyond a valid ordinal.
+enum class call_needs : std::uint8_t { valid_device, context, virtual_memory };
+
+/// The simulated machine.
+class sim_state {
+ public:
+  explicit sim_state(sim_config settings);
+  ~sim_state();
+  sim_state(const sim_state&) = delete;
+  sim_state& operator=(const sim_state&) = delete;
+
+  /// Counts one `call` of `cost_us`, then returns why it must fail (an injected fault, a bad
+  /// ordinal, no context, no virtual memory API), or success when it may proceed.
+  [[nodiscard]] driver_status begin_call(driver_call call, double cost_us, int device, call_needs needs);
+  /// Adds one call of `cost_us` to the counts.
+  void count(driver_call call, double cost_us) noexcept;
+  [[nodiscard]] bool valid_device(int device) const noexcept;
+  /// Device-wide free bytes: capacity - other processes - this process, never below zero.
+  [[nodiscard]] std::size_t free_bytes(const sim_device& device) const noexcept;
+  /// Whether `bytes` more of handles or plain allocations fit (capacity and injected limit).
+  [[nodiscard]] bool fits(const sim_device& device, std::size_t bytes) const noexcept;
+  /// The tail time of `stream` on `device` (nullptr: the default stream); nullptr if unknown there.
+  [[nodiscard]] double* stream_tail(sim_device& device, stream_t stream) noexcept;
+  /// Whether queued work not yet complete touches [address, address + bytes). Drops completed work.
+  [[nodiscard]] bool queued_work_touches(sim_device& device, device_address address, std::size_t bytes);
+  /// A fresh non-null token for a stream or event pointer; encodes `device` in its low 20 bits.
+  [[nodiscard]] std::uintptr_t make_token(int device) noexcept;
+  /// Opens the context of `device`, charging its memory; out_of_memory when it does not fit.
+  driver_status open_context(sim_device& device) noexcept;
+  /// Makes the `nth` (1-based) next call of `call` fail with `status`.
+  void inject_failure(driver_call call, std::uint64_t nth, driver_status status);
+
+  mutable std::mutex mutex;
+  sim_config config;
+  std::vector<sim_device> devices;
+  std::unordered_map<event_t, sim_event> events;
+  double now = 0;
+  driver_call_counts counts;
+  std::uint64_t unsafe_unmaps = 0;
+  physical_handle next_handle = 1;
+
+ private:
+  // Calls seen of each kind since the start (never reset: fault injection counts from here).
+  std::array<std::uint64_t, driver_call_kinds> calls_seen_{};
+  std::array<std::map<std::uint64_t, driver_status>, driver_call_kinds> injected_failures_;
+  std::uintptr_t next_token_serial_ = 1;
+};
+
+}  // namespace tidepool::detail
