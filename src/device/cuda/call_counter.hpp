@@ -1,0 +1,45 @@
+// call_counter.hpp: counts every driver call the cuda driver makes and the wall time it took.
+// Atomics, not a lock: pools of several devices call one driver from several threads at once.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "tidepool/driver.hpp"
+
+namespace tidepool::detail {
+
+class call_counter {
+ public:
+  /// Runs `call` (returning a CUresult or anything else), counting it as one `kind`.
+  template <class Call>
+  auto timed(driver_call kind, Call&& call) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = call();
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    const auto k = static_cast<std::size_t>(kind);
+    calls_[k].fetch_add(1, std::memory_order_relaxed);
+    nanoseconds_[k].fetch_add(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
+        std::memory_order_relaxed);
+    return result;
+  }
+
+  /// The counts so far.
+  [[nodiscard]] driver_call_counts snapshot() const noexcept {
+    driver_call_counts out;
+    for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+      out.calls[k] = calls_[k].load(std::memory_order_relaxed);
+      out.microseconds[k] = static_cast<double>(nanoseconds_[k].load(std::memory_order_relaxed)) / 1000.0;
+    }
+    return out;
+  }
+
+ private:
+  std::array<std::atomic<std::uint64_t>, driver_call_kinds> calls_{};
+  std::array<std::atomic<std::uint64_t>, driver_call_kinds> nanoseconds_{};
+};
+
+}  // namespace tidepool::detail

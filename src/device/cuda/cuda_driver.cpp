@@ -1,0 +1,373 @@
+// cuda_driver.cpp: the cuda driver's calls, each a thin, counted wrapper over one driver entry
+// point run in the device's primary context.
+#include "device/cuda/cuda_driver.hpp"
+
+#include <fmt/format.h>
+
+#include "device/cuda/cuda_status.hpp"
+#include "tidepool/errors.hpp"
+
+namespace tidepool::detail {
+namespace {
+
+// Makes `context` current for the life of the guard. A thread with no context keeps it
+// afterwards (as cudaSetDevice would leave it); a thread with another context gets its own back.
+class context_guard {
+ public:
+  context_guard(const cuda_api& api, CUcontext context) : api_(api) {
+    CUcontext current = nullptr;
+    api_.cuCtxGetCurrent(&current);
+    if (current == context) return;
+    if (current == nullptr) {
+      api_.cuCtxSetCurrent(context);
+    } else {
+      pushed_ = api_.cuCtxPushCurrent(context) == CUDA_SUCCESS;
+    }
+  }
+  ~context_guard() {
+    if (!pushed_) return;
+    CUcontext popped = nullptr;
+    api_.cuCtxPopCurrent(&popped);
+  }
+  context_guard(const context_guard&) = delete;
+  context_guard& operator=(const context_guard&) = delete;
+
+ private:
+  const cuda_api& api_;
+  bool pushed_ = false;
+};
+
+CUmemAllocationProp device_pinned(CUdevice device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+CUdeviceptr to_cu(device_address address) { return static_cast<CUdeviceptr>(address); }
+CUstream to_cu(stream_t stream) { return reinterpret_cast<CUstream>(stream); }
+CUevent to_cu(event_t event) { return reinterpret_cast<CUevent>(event); }
+
+bool is_special_stream(stream_t stream) {
+  const auto raw = reinterpret_cast<CUstream>(stream);
+  return raw == nullptr || raw == CU_STREAM_LEGACY || raw == CU_STREAM_PER_THREAD;
+}
+
+}  // namespace
+
+cuda_driver::cuda_driver(const cuda_api& api) : api_(api) {
+  int count = 0;
+  if (const CUresult result = api_.cuDeviceGetCount(&count); result != CUDA_SUCCESS || count <= 0) {
+    throw error(error_code::unavailable,
+                fmt::format("the CUDA driver reports no device (cuDeviceGetCount: {}, count {})",
+                            cuda_error_name(result), count));
+  }
+  // Everything read here is a property of the device: none of these calls opens a context.
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    auto dev = std::make_unique<device_state>();
+    if (api_.cuDeviceGet(&dev->handle, ordinal) != CUDA_SUCCESS) {
+      throw error(error_code::unavailable, fmt::format("cuDeviceGet({}) failed", ordinal));
+    }
+    int vmm = 0;
+    api_.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev->handle);
+    dev->virtual_memory = vmm != 0;
+    const CUmemAllocationProp prop = device_pinned(dev->handle);
+    std::size_t granularity = 0;
+    // The minimum granularity is what cuMemCreate and cuMemMap require; the recommended one is
+    // also 2 MiB on Hopper (DESIGN 2a), and the pool chooses its own, larger handle sizes anyway.
+    if (dev->virtual_memory &&
+        api_.cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS) {
+      dev->granularity = granularity;
+    } else {
+      dev->granularity = std::size_t{2} << 20;  // cuMemAlloc segments: keep the pool's page size
+    }
+    api_.cuDeviceTotalMem(&dev->total_bytes, dev->handle);
+    int domain = 0;
+    int bus = 0;
+    int slot = 0;
+    api_.cuDeviceGetAttribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, dev->handle);
+    api_.cuDeviceGetAttribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, dev->handle);
+    api_.cuDeviceGetAttribute(&slot, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, dev->handle);
+    dev->pci = pci_location{static_cast<unsigned>(domain), static_cast<unsigned>(bus), static_cast<unsigned>(slot)};
+    devices_.push_back(std::move(dev));
+  }
+}
+
+int cuda_driver::device_count() { return static_cast<int>(devices_.size()); }
+
+bool cuda_driver::has_context(int device) {
+  if (!valid(device)) return false;
+  unsigned int flags = 0;
+  int active = 0;
+  // Reads the primary context's state; never creates one (DESIGN 2a: 0.04 us).
+  if (api_.cuDevicePrimaryCtxGetState(state(device).handle, &flags, &active) != CUDA_SUCCESS) return false;
+  return active != 0;
+}
+
+CUresult cuda_driver::ensure_context(int device, CUcontext* out) {
+  device_state& dev = state(device);
+  CUcontext context = dev.primary.load(std::memory_order_acquire);
+  if (context == nullptr) {
+    std::lock_guard lock(open_mutex_);
+    context = dev.primary.load(std::memory_order_acquire);
+    if (context == nullptr) {
+      if (const CUresult result = api_.cuDevicePrimaryCtxRetain(&context, dev.handle); result != CUDA_SUCCESS) {
+        return result;
+      }
+      dev.primary.store(context, std::memory_order_release);
+    }
+  }
+  *out = context;
+  return CUDA_SUCCESS;
+}
+
+driver_status cuda_driver::open_context(int device) {
+  if (!valid(device)) return driver_status::invalid_value;
+  CUcontext context = nullptr;
+  return to_driver_status(ensure_context(device, &context));
+}
+
+CUcontext cuda_driver::primary_context(int device) const {
+  if (!valid(device)) return nullptr;
+  return devices_[static_cast<std::size_t>(device)]->primary.load(std::memory_order_acquire);
+}
+
+template <class Call>
+driver_status cuda_driver::in_context(int device, driver_call kind, Call&& call) {
+  if (!valid(device)) return driver_status::invalid_value;
+  CUcontext context = nullptr;
+  if (const CUresult result = ensure_context(device, &context); result != CUDA_SUCCESS) {
+    return to_driver_status(result);
+  }
+  const context_guard guard(api_, context);
+  return to_driver_status(counter_.timed(kind, call));
+}
+
+bool cuda_driver::supports_virtual_memory(int device) { return valid(device) && state(device).virtual_memory; }
+
+std::size_t cuda_driver::granularity(int device) { return valid(device) ? state(device).granularity : 0; }
+
+driver_status cuda_driver::address_reserve(int device, std::size_t size, std::size_t alignment,
+                                           device_address* out) {
+  if (out == nullptr) return driver_status::invalid_value;
+  CUdeviceptr address = 0;
+  const driver_status status = in_context(device, driver_call::address_reserve, [&] {
+    return api_.cuMemAddressReserve(&address, size, alignment, 0, 0);
+  });
+  if (status == driver_status::success) *out = static_cast<device_address>(address);
+  return status;
+}
+
+driver_status cuda_driver::address_free(int device, device_address address, std::size_t size) {
+  return in_context(device, driver_call::address_free,
+                    [&] { return api_.cuMemAddressFree(to_cu(address), size); });
+}
+
+driver_status cuda_driver::mem_create(int device, std::size_t size, physical_handle* out) {
+  if (out == nullptr || !valid(device)) return driver_status::invalid_value;
+  const CUmemAllocationProp prop = device_pinned(state(device).handle);
+  CUmemGenericAllocationHandle handle = 0;
+  const driver_status status = in_context(device, driver_call::mem_create, [&] {
+    return api_.cuMemCreate(&handle, size, &prop, 0);
+  });
+  if (status == driver_status::success) *out = static_cast<physical_handle>(handle);
+  return status;
+}
+
+driver_status cuda_driver::mem_release(int device, physical_handle handle) {
+  return in_context(device, driver_call::mem_release,
+                    [&] { return api_.cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle)); });
+}
+
+driver_status cuda_driver::mem_map(int device, device_address address, std::size_t size,
+                                   physical_handle handle) {
+  const driver_status mapped = in_context(device, driver_call::mem_map, [&] {
+    return api_.cuMemMap(to_cu(address), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
+  });
+  if (mapped != driver_status::success) return mapped;
+  const driver_status access = mem_set_access(device, address, size, device);
+  if (access != driver_status::success) {
+    // Leave nothing half done: a mapping nobody may access would only leak address space.
+    in_context(device, driver_call::mem_unmap, [&] { return api_.cuMemUnmap(to_cu(address), size); });
+  }
+  return access;
+}
+
+driver_status cuda_driver::mem_set_access(int device, device_address address, std::size_t size,
+                                          int peer_device) {
+  if (!valid(peer_device)) return driver_status::invalid_value;
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = state(peer_device).handle;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return in_context(device, driver_call::mem_set_access,
+                    [&] { return api_.cuMemSetAccess(to_cu(address), size, &access, 1); });
+}
+
+driver_status cuda_driver::mem_unmap(int device, device_address address, std::size_t size) {
+  return in_context(device, driver_call::mem_unmap, [&] { return api_.cuMemUnmap(to_cu(address), size); });
+}
+
+driver_status cuda_driver::mem_alloc(int device, std::size_t size, device_address* out) {
+  if (out == nullptr) return driver_status::invalid_value;
+  CUdeviceptr address = 0;
+  const driver_status status =
+      in_context(device, driver_call::mem_alloc, [&] { return api_.cuMemAlloc(&address, size); });
+  if (status == driver_status::success) *out = static_cast<device_address>(address);
+  return status;
+}
+
+driver_status cuda_driver::mem_free(int device, device_address address) {
+  return in_context(device, driver_call::mem_free, [&] { return api_.cuMemFree(to_cu(address)); });
+}
+
+device_memory_info cuda_driver::memory_info(int device) {
+  device_memory_info info;
+  if (!valid(device)) return info;
+  device_state& dev = state(device);
+  info.total = dev.total_bytes;
+  nvml_process_memory& nvml = nvml_process_memory::instance();
+  const bool context_open = has_context(device);
+  if (context_open) {
+    std::size_t free = 0;
+    std::size_t total = 0;
+    if (in_context(device, driver_call::mem_get_info, [&] { return api_.cuMemGetInfo(&free, &total); }) ==
+        driver_status::success) {
+      info.free = free;
+      info.total = total;
+    }
+  } else if (const auto figures = nvml.memory(dev.pci)) {
+    // No context here, and none is opened just to read free memory: NVML tells without one.
+    info.free = figures->free;
+  } else {
+    info.free = info.total;  // neither source: nothing of ours is there, others unknown
+  }
+  if (const auto used = nvml.process_used(dev.pci)) {
+    info.process_used = *used;
+  } else {
+    // Not listed: without a context the process holds nothing there; with one, NVML either is
+    // absent or hides our pid (another PID namespace), so the figure is unknown.
+    info.process_used = context_open ? device_memory_info::unknown_bytes : 0;
+  }
+  return info;
+}
+
+driver_status cuda_driver::stream_create(int device, stream_t* out) {
+  if (out == nullptr) return driver_status::invalid_value;
+  CUstream stream = nullptr;
+  const driver_status status = in_context(device, driver_call::stream_create,
+                                          [&] { return api_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING); });
+  if (status == driver_status::success) *out = reinterpret_cast<stream_t>(stream);
+  return status;
+}
+
+driver_status cuda_driver::stream_destroy(int device, stream_t stream) {
+  if (is_special_stream(stream)) return driver_status::invalid_value;
+  return in_context(device, driver_call::stream_destroy, [&] { return api_.cuStreamDestroy(to_cu(stream)); });
+}
+
+bool cuda_driver::stream_on_device(stream_t stream, int device) {
+  if (!valid(device)) return false;
+  if (is_special_stream(stream)) return true;
+  if (api_.cuStreamGetDevice != nullptr) {
+    CUdevice owner = 0;
+    return api_.cuStreamGetDevice(to_cu(stream), &owner) == CUDA_SUCCESS && owner == state(device).handle;
+  }
+  // Drivers before CUDA 12.8: compare the stream's context with the device's primary context.
+  CUcontext owner = nullptr;
+  if (api_.cuStreamGetCtx(to_cu(stream), &owner) != CUDA_SUCCESS) return false;
+  CUcontext primary = state(device).primary.load(std::memory_order_acquire);
+  if (primary == nullptr && has_context(device) && ensure_context(device, &primary) != CUDA_SUCCESS) return false;
+  return primary != nullptr && owner == primary;
+}
+
+driver_status cuda_driver::event_create(int device, event_t* out) {
+  if (out == nullptr) return driver_status::invalid_value;
+  CUevent event = nullptr;
+  // Timing off: the pool only asks "has the work before it completed", and such events are cheaper.
+  const driver_status status = in_context(device, driver_call::event_create,
+                                          [&] { return api_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING); });
+  if (status == driver_status::success) *out = reinterpret_cast<event_t>(event);
+  return status;
+}
+
+driver_status cuda_driver::event_destroy(int device, event_t event) {
+  if (event == nullptr) return driver_status::invalid_value;
+  return in_context(device, driver_call::event_destroy, [&] { return api_.cuEventDestroy(to_cu(event)); });
+}
+
+driver_status cuda_driver::event_record(int device, event_t event, stream_t stream) {
+  if (event == nullptr) return driver_status::invalid_value;
+  return in_context(device, driver_call::event_record,
+                    [&] { return api_.cuEventRecord(to_cu(event), to_cu(stream)); });
+}
+
+driver_status cuda_driver::event_query(int device, event_t event) {
+  if (event == nullptr) return driver_status::invalid_value;
+  return in_context(device, driver_call::event_query, [&] { return api_.cuEventQuery(to_cu(event)); });
+}
+
+driver_status cuda_driver::event_synchronize(int device, event_t event) {
+  if (event == nullptr) return driver_status::invalid_value;
+  return in_context(device, driver_call::event_synchronize,
+                    [&] { return api_.cuEventSynchronize(to_cu(event)); });
+}
+
+driver_status cuda_driver::stream_wait_event(int device, stream_t stream, event_t event) {
+  if (event == nullptr) return driver_status::invalid_value;
+  return in_context(device, driver_call::stream_wait_event,
+                    [&] { return api_.cuStreamWaitEvent(to_cu(stream), to_cu(event), 0); });
+}
+
+driver_status cuda_driver::stream_synchronize(int device, stream_t stream) {
+  return in_context(device, driver_call::stream_synchronize,
+                    [&] { return api_.cuStreamSynchronize(to_cu(stream)); });
+}
+
+std::size_t cuda_driver::trim_async_pools(int device) {
+  // Memory parked in a stream-ordered pool needs a context; without one there is nothing to trim,
+  // and opening one (550 MiB) to find that out is what this layer must never do.
+  if (!valid(device) || !has_context(device)) return 0;
+  const CUdevice handle = state(device).handle;
+  CUmemoryPool pools[2] = {nullptr, nullptr};
+  if (api_.cuDeviceGetDefaultMemPool(&pools[0], handle) != CUDA_SUCCESS) pools[0] = nullptr;
+  if (api_.cuDeviceGetMemPool(&pools[1], handle) != CUDA_SUCCESS || pools[1] == pools[0]) pools[1] = nullptr;
+  std::size_t handed_back = 0;
+  for (CUmemoryPool pool : pools) {
+    if (pool == nullptr) continue;
+    cuuint64_t before = 0;
+    cuuint64_t after = 0;
+    const driver_status status = in_context(device, driver_call::async_pool_trim, [&] {
+      CUresult result = api_.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &before);
+      if (result == CUDA_SUCCESS) result = api_.cuMemPoolTrimTo(pool, 0);
+      if (result == CUDA_SUCCESS) result = api_.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &after);
+      return result;
+    });
+    if (status == driver_status::success && before > after) handed_back += static_cast<std::size_t>(before - after);
+  }
+  return handed_back;
+}
+
+}  // namespace tidepool::detail
+
+namespace tidepool {
+
+std::shared_ptr<driver> make_cuda_driver() {
+  const detail::cuda_api* api = detail::cuda();
+  if (api == nullptr) throw error(error_code::unavailable, detail::cuda_load_failure());
+  return std::make_shared<detail::cuda_driver>(*api);
+}
+
+std::string cuda_driver_unavailable_reason() {
+  const detail::cuda_api* api = detail::cuda();
+  if (api == nullptr) return detail::cuda_load_failure();
+  int count = 0;
+  if (const CUresult result = api->cuDeviceGetCount(&count); result != CUDA_SUCCESS) {
+    return fmt::format("cuDeviceGetCount failed: {}", detail::cuda_error_name(result));
+  }
+  if (count <= 0) return "the CUDA driver reports no device";
+  return {};
+}
+
+}  // namespace tidepool

@@ -1,0 +1,95 @@
+// cuda_driver.hpp: tidepool::driver over the CUDA driver API (loaded at run time, cuda_api.hpp).
+//
+// Pages go through the virtual memory API (reserve, create, map + set access, unmap, release);
+// plain cuMemAlloc is there for devices without it. Every call runs with the device's primary
+// context current (pushed only when another one is), so a pool works from any thread, whatever
+// context the program left current. The process's own memory comes from NVML.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "device/cuda/call_counter.hpp"
+#include "device/cuda/cuda_api.hpp"
+#include "device/cuda/nvml_process_memory.hpp"
+#include "tidepool/driver.hpp"
+
+namespace tidepool::detail {
+
+class cuda_driver final : public driver {
+ public:
+  /// Binds to the loaded driver table; throws tidepool::error (unavailable) when there is no
+  /// device.
+  explicit cuda_driver(const cuda_api& api);
+  // The primary contexts this driver retained are not released: pools may hand memory back
+  // during static destruction, and a released primary context would free everything in it.
+  ~cuda_driver() override = default;
+
+  [[nodiscard]] std::string name() const override { return "cuda"; }
+  [[nodiscard]] int device_count() override;
+  [[nodiscard]] bool has_context(int device) override;
+  driver_status open_context(int device) override;
+  [[nodiscard]] bool supports_virtual_memory(int device) override;
+  [[nodiscard]] std::size_t granularity(int device) override;
+
+  driver_status address_reserve(int device, std::size_t size, std::size_t alignment,
+                                device_address* out) override;
+  driver_status address_free(int device, device_address address, std::size_t size) override;
+  driver_status mem_create(int device, std::size_t size, physical_handle* out) override;
+  driver_status mem_release(int device, physical_handle handle) override;
+  driver_status mem_map(int device, device_address address, std::size_t size,
+                        physical_handle handle) override;
+  driver_status mem_set_access(int device, device_address address, std::size_t size,
+                               int peer_device) override;
+  driver_status mem_unmap(int device, device_address address, std::size_t size) override;
+  driver_status mem_alloc(int device, std::size_t size, device_address* out) override;
+  driver_status mem_free(int device, device_address address) override;
+  [[nodiscard]] device_memory_info memory_info(int device) override;
+
+  driver_status stream_create(int device, stream_t* out) override;
+  driver_status stream_destroy(int device, stream_t stream) override;
+  [[nodiscard]] bool stream_on_device(stream_t stream, int device) override;
+  driver_status event_create(int device, event_t* out) override;
+  driver_status event_destroy(int device, event_t event) override;
+  driver_status event_record(int device, event_t event, stream_t stream) override;
+  driver_status event_query(int device, event_t event) override;
+  driver_status event_synchronize(int device, event_t event) override;
+  driver_status stream_wait_event(int device, stream_t stream, event_t event) override;
+  driver_status stream_synchronize(int device, stream_t stream) override;
+  std::size_t trim_async_pools(int device) override;
+
+  [[nodiscard]] driver_call_counts call_counts() const override { return counter_.snapshot(); }
+
+  /// The primary context of `device`, retained by open_context (nullptr until then).
+  [[nodiscard]] CUcontext primary_context(int device) const;
+
+ private:
+  // What is known of one GPU; fixed at construction except the retained primary context.
+  struct device_state {
+    CUdevice handle = 0;
+    bool virtual_memory = false;
+    std::size_t granularity = 0;
+    std::size_t total_bytes = 0;
+    pci_location pci{};
+    std::atomic<CUcontext> primary{nullptr};
+  };
+
+  [[nodiscard]] bool valid(int device) const noexcept {
+    return device >= 0 && static_cast<std::size_t>(device) < devices_.size();
+  }
+  device_state& state(int device) { return *devices_[static_cast<std::size_t>(device)]; }
+  // The primary context of `device`, retained on first need (memory calls need a context).
+  CUresult ensure_context(int device, CUcontext* out);
+  // Runs `call` with `device`'s primary context current, counted as `kind`.
+  template <class Call>
+  driver_status in_context(int device, driver_call kind, Call&& call);
+
+  const cuda_api& api_;
+  std::vector<std::unique_ptr<device_state>> devices_;
+  std::mutex open_mutex_;  // serialises cuDevicePrimaryCtxRetain per driver
+  call_counter counter_;
+};
+
+}  // namespace tidepool::detail
