@@ -1,0 +1,101 @@
+// One pool per device, made on first use: device_pool(), existing_pools(), the default options,
+// and the lock-free lookups the C API's fast path uses.
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "process/process_state.hpp"
+#include "tidepool/errors.hpp"
+#include "tidepool/process.hpp"
+
+namespace tidepool {
+namespace detail {
+
+pool_table::pool_table(std::shared_ptr<driver> drv_in, int count)
+    : drv(std::move(drv_in)),
+      device_count(count),
+      slots(std::make_unique<std::atomic<pool*>[]>(static_cast<std::size_t>(count))),
+      owned(static_cast<std::size_t>(count)) {}
+
+process_state& process() {
+  // Leaked on purpose: frees from a framework may arrive during static destruction.
+  static auto* const state = new process_state();
+  return *state;
+}
+
+pool* find_pool(int device) noexcept {
+  auto* table = process().table.load(std::memory_order_acquire);
+  if (table == nullptr || device < 0 || device >= table->device_count) return nullptr;
+  return table->slots[device].load(std::memory_order_acquire);
+}
+
+pool* find_owning_pool(const void* ptr) {
+  auto* table = process().table.load(std::memory_order_acquire);
+  if (table == nullptr) return nullptr;
+  for (int d = 0; d < table->device_count; ++d) {
+    pool* p = table->slots[d].load(std::memory_order_acquire);
+    if (p != nullptr && p->owns(ptr)) return p;
+  }
+  return nullptr;
+}
+
+void reset_process_for_testing() {
+  auto& state = process();
+  std::lock_guard lock(state.mutex);
+  delete state.table.exchange(nullptr, std::memory_order_acq_rel);
+  state.drv.reset();
+  state.options = pool_options{};
+}
+
+namespace {
+
+// The slow path of device_pool: makes the table (fixing the driver) and the pool, under the lock.
+pool& create_device_pool(int device) {
+  auto& state = process();
+  std::lock_guard lock(state.mutex);
+  auto* table = state.table.load(std::memory_order_acquire);
+  if (table == nullptr) {
+    if (!state.drv) state.drv = driver_from_environment();
+    const int count = state.drv->device_count();
+    table = new pool_table(state.drv, count);
+    state.table.store(table, std::memory_order_release);
+  }
+  if (device < 0 || device >= table->device_count) {
+    throw error(error_code::invalid_device,
+                fmt::format("device {} does not exist: the '{}' driver has {} device(s)", device,
+                            table->drv->name(), table->device_count));
+  }
+  auto& slot = table->slots[device];
+  if (pool* existing = slot.load(std::memory_order_acquire)) return *existing;
+  auto& owner = table->owned[static_cast<std::size_t>(device)];
+  owner = std::make_unique<pool>(table->drv, device, state.options);
+  slot.store(owner.get(), std::memory_order_release);
+  return *owner;
+}
+
+}  // namespace
+}  // namespace detail
+
+pool& device_pool(int device) {
+  if (pool* p = detail::find_pool(device)) return *p;
+  return detail::create_device_pool(device);
+}
+
+std::vector<pool*> existing_pools() {
+  std::vector<pool*> pools;
+  auto* table = detail::process().table.load(std::memory_order_acquire);
+  if (table == nullptr) return pools;
+  pools.reserve(static_cast<std::size_t>(table->device_count));
+  for (int d = 0; d < table->device_count; ++d) {
+    pools.push_back(table->slots[d].load(std::memory_order_acquire));
+  }
+  return pools;
+}
+
+void set_default_pool_options(const pool_options& options) {
+  auto& state = detail::process();
+  std::lock_guard lock(state.mutex);
+  state.options = options;
+}
+
+}  // namespace tidepool
