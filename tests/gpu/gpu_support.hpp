@@ -1,0 +1,118 @@
+// gpu_support.hpp: what the GPU tests and benchmarks need beyond tidepool::driver: skipping
+// where no GPU is present, the loaded driver table with the primary context current, filling
+// and checking device bytes, and keeping a stream busy for a set time (a spin kernel JIT-compiled
+// from PTX, so no nvcc is needed; long memsets where the JIT is missing).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "device/cuda/cuda_api.hpp"
+#include "device/cuda/cuda_driver.hpp"
+#include "tidepool/driver.hpp"
+
+/// Skips the current test where the CUDA driver or a device is missing.
+#define TIDEPOOL_REQUIRE_GPU()                                                   \
+  do {                                                                           \
+    const std::string tidepool_gpu_reason = tidepool::cuda_driver_unavailable_reason(); \
+    if (!tidepool_gpu_reason.empty()) GTEST_SKIP() << tidepool_gpu_reason;       \
+  } while (0)
+
+namespace tidepool::gpu_test {
+
+/// Throws std::runtime_error naming `what` when a driver call failed.
+inline void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS) throw std::runtime_error(std::string(what) + ": " + detail::cuda_error_name(result));
+}
+
+/// The loaded driver table (only call after TIDEPOOL_REQUIRE_GPU()).
+inline const detail::cuda_api& cu() { return *detail::cuda(); }
+
+/// Opens device 0's primary context through `drv` and makes it current on this thread.
+inline void make_current(driver& drv, int device = 0) {
+  if (drv.open_context(device) != driver_status::success) throw std::runtime_error("open_context failed");
+  auto& cuda = dynamic_cast<detail::cuda_driver&>(drv);
+  check(cu().cuCtxSetCurrent(cuda.primary_context(device)), "cuCtxSetCurrent");
+}
+
+/// Copies `bytes` at `address` back and returns the first offset whose byte is not `value`, or
+/// -1 when every byte is `value`.
+inline std::int64_t first_mismatch(std::uintptr_t address, std::size_t bytes, std::uint8_t value) {
+  constexpr std::size_t chunk = std::size_t{64} << 20;
+  std::vector<std::uint8_t> host(std::min(bytes, chunk));
+  for (std::size_t done = 0; done < bytes; done += chunk) {
+    const std::size_t n = std::min(chunk, bytes - done);
+    check(cu().cuMemcpyDtoH(host.data(), static_cast<CUdeviceptr>(address + done), n), "cuMemcpyDtoH");
+    for (std::size_t i = 0; i < n; ++i) {
+      if (host[i] != value) return static_cast<std::int64_t>(done + i);
+    }
+  }
+  return -1;
+}
+
+/// Keeps a stream busy for a given time: a one-thread kernel spinning on %globaltimer, loaded
+/// from PTX by the driver's JIT; where that fails, repeated memsets over a large buffer.
+class stream_occupier {
+ public:
+  stream_occupier() {
+    static const char* ptx = R"(
+.version 7.0
+.target sm_52
+.address_size 64
+.visible .entry tidepool_spin(.param .u64 duration_ns)
+{
+  .reg .pred %p;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [duration_ns];
+  mov.u64 %rd2, %globaltimer;
+  add.u64 %rd1, %rd1, %rd2;
+SPIN:
+  mov.u64 %rd3, %globaltimer;
+  setp.lt.u64 %p, %rd3, %rd1;
+  @%p bra SPIN;
+  ret;
+}
+)";
+    if (cu().cuModuleLoadData(&module_, ptx) == CUDA_SUCCESS &&
+        cu().cuModuleGetFunction(&spin_, module_, "tidepool_spin") == CUDA_SUCCESS) {
+      return;
+    }
+    spin_ = nullptr;
+    check(cu().cuMemAlloc(&scratch_, scratch_bytes), "cuMemAlloc (memset fallback buffer)");
+  }
+  ~stream_occupier() {
+    if (module_ != nullptr) cu().cuModuleUnload(module_);
+    if (scratch_ != 0) cu().cuMemFree(scratch_);
+  }
+  stream_occupier(const stream_occupier&) = delete;
+  stream_occupier& operator=(const stream_occupier&) = delete;
+
+  /// Queues about `milliseconds` of work on `stream`.
+  void occupy(CUstream stream, std::uint64_t milliseconds) {
+    if (spin_ != nullptr) {
+      std::uint64_t duration_ns = milliseconds * 1'000'000;
+      void* params[] = {&duration_ns};
+      check(cu().cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+      return;
+    }
+    // About 4 ms per 16 GiB memset on an H200 (3-4 TB/s of writes).
+    for (std::uint64_t i = 0; i < milliseconds / 4 + 1; ++i) {
+      check(cu().cuMemsetD8Async(scratch_, static_cast<unsigned char>(i), scratch_bytes, stream), "cuMemsetD8Async");
+    }
+  }
+  /// "kernel" or "memset": what occupies the stream.
+  [[nodiscard]] const char* method() const { return spin_ != nullptr ? "kernel" : "memset"; }
+
+ private:
+  static constexpr std::size_t scratch_bytes = std::size_t{16} << 30;
+  CUmodule module_ = nullptr;
+  CUfunction spin_ = nullptr;
+  CUdeviceptr scratch_ = 0;
+};
+
+}  // namespace tidepool::gpu_test
