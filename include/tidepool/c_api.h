@@ -1,0 +1,154 @@
+/* tidepool/c_api.h: the stable C ABI of libtidepool.so, over the process's pools (one per device).
+ *
+ * Every function catches whatever the C++ side throws: nothing propagates out of it. A function
+ * that returns a tidepool_status reports failure by its code, and tidepool_last_error() then holds
+ * a message for the calling thread (naming the pointer, size or device at fault). The framework
+ * entry points (tidepool_torch_*, tidepool_cupy_*) cannot return a status: they return NULL on
+ * failure, set the message, and print it to stderr, because neither framework shows it otherwise.
+ *
+ * Streams are CUDA streams (cudaStream_t, CUstream); NULL is the legacy default stream.
+ *
+ *   void* p;
+ *   if (tidepool_allocate(1 << 20, 0, stream, TIDEPOOL_SCRATCH, &p) != TIDEPOOL_SUCCESS)
+ *     fprintf(stderr, "%s\n", tidepool_last_error());
+ *   tidepool_deallocate(p, 0, stream);
+ *
+ * The driver is CUDA unless TIDEPOOL_DEVICE=sim (the simulated GPU; TIDEPOOL_SIM_DEVICES=N and
+ * TIDEPOOL_SIM_CAPACITY=bytes, e.g. 8GiB, set its devices and per-device capacity).
+ */
+#ifndef TIDEPOOL_C_API_H
+#define TIDEPOOL_C_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define TIDEPOOL_API __attribute__((visibility("default")))
+#else
+#define TIDEPOOL_API
+#endif
+
+/** A CUDA stream: the same type as cudaStream_t and CUstream. */
+typedef struct CUstream_st* tidepool_stream_t;
+
+/** Outcome of a call. Mirrors tidepool::error_code (offset by one), plus out of memory. */
+typedef enum tidepool_status {
+  TIDEPOOL_SUCCESS = 0,
+  TIDEPOOL_INVALID_SIZE = 1,      /**< zero, or larger than the device could ever hold */
+  TIDEPOOL_INVALID_POINTER = 2,   /**< not allocated by tidepool (or an interior pointer) */
+  TIDEPOOL_DOUBLE_FREE = 3,       /**< already freed */
+  TIDEPOOL_INVALID_STREAM = 4,    /**< a stream of another device */
+  TIDEPOOL_INVALID_DEVICE = 5,    /**< a device ordinal out of range */
+  TIDEPOOL_INVALID_ARGUMENT = 6,  /**< any other bad argument (a null out-pointer, a bad hook id) */
+  TIDEPOOL_DRIVER_FAILURE = 7,    /**< the driver failed in a way that is not out of memory */
+  TIDEPOOL_UNAVAILABLE = 8,       /**< the backend (the CUDA driver) is not present */
+  TIDEPOOL_OUT_OF_MEMORY = 9,     /**< nothing left after every reclaim step */
+  TIDEPOOL_INTERNAL_ERROR = 10    /**< anything else; the message says what */
+} tidepool_status;
+
+/** How long an allocation is expected to live (tidepool::lifetime). */
+typedef enum tidepool_lifetime {
+  TIDEPOOL_SCRATCH = 0,    /**< the default: freed soon, reused often */
+  TIDEPOOL_PERSISTENT = 1  /**< lives long: placed apart, so it never pins freed scratch */
+} tidepool_lifetime;
+
+/** For tidepool_deallocate and tidepool_record_stream: find the device that owns the pointer. */
+#define TIDEPOOL_ANY_DEVICE (-1)
+
+/** The figures of one device's pool (tidepool::pool_stats). Set struct_size to
+ *  sizeof(tidepool_stats_t) before the call: fields only ever get appended, and the library fills
+ *  no more than the caller's struct holds. */
+typedef struct tidepool_stats_t {
+  uint64_t struct_size;
+  uint64_t in_use_bytes;            /**< live blocks as placed */
+  uint64_t requested_bytes;         /**< live bytes as asked for */
+  uint64_t cached_bytes;            /**< held but not in use */
+  uint64_t mapped_bytes;            /**< physical memory held */
+  uint64_t reserved_address_bytes;  /**< virtual address space reserved */
+  uint64_t peak_in_use_bytes;
+  uint64_t peak_requested_bytes;
+  uint64_t peak_mapped_bytes;
+  uint64_t live_allocations;
+  uint64_t allocations;             /**< allocations that succeeded, in total */
+  uint64_t deallocations;
+  uint64_t out_of_memory_recoveries;  /**< allocations saved by the out-of-memory path */
+  uint64_t released_bytes;          /**< handed back to the driver so far */
+  uint64_t driver_calls;            /**< driver calls that move memory, made by this pool */
+  double driver_microseconds;       /**< their time (measured on cuda, modelled on sim) */
+} tidepool_stats_t;
+
+/** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return
+ *  the bytes handed back to the driver (0 if unknown). Must not allocate from tidepool. Called
+ *  when an allocation would fail, and with bytes_needed = SIZE_MAX by release_cached_memory. */
+typedef size_t (*tidepool_reclaim_fn)(int device, size_t bytes_needed, void* user_data);
+
+/** The library's version, e.g. "0.1.0". */
+TIDEPOOL_API const char* tidepool_version(void);
+/** The message of the calling thread's last failed call ("" if none failed yet). */
+TIDEPOOL_API const char* tidepool_last_error(void);
+/** The name of a status, e.g. "TIDEPOOL_OUT_OF_MEMORY". */
+TIDEPOOL_API const char* tidepool_status_name(tidepool_status status);
+
+/** Number of devices the driver sees. */
+TIDEPOOL_API tidepool_status tidepool_device_count(int* count);
+/** Whether this process holds a context on `device` (*has = 0 or 1). Opens nothing. */
+TIDEPOOL_API tidepool_status tidepool_has_context(int device, int* has);
+
+/** Allocates `size` bytes on `device` for use on `stream` (the pool is made on first use). */
+TIDEPOOL_API tidepool_status tidepool_allocate(size_t size, int device, tidepool_stream_t stream,
+                                               tidepool_lifetime hint, void** out);
+/** Frees `ptr`, last used on `stream`; device may be TIDEPOOL_ANY_DEVICE. Freeing NULL is a
+ *  no-op. Works from any thread, whatever its current device. */
+TIDEPOOL_API tidepool_status tidepool_deallocate(void* ptr, int device, tidepool_stream_t stream);
+/** Marks `ptr` as used on `stream` too: not reused before work queued there before its free has
+ *  completed. device may be TIDEPOOL_ANY_DEVICE. */
+TIDEPOOL_API tidepool_status tidepool_record_stream(void* ptr, int device,
+                                                    tidepool_stream_t stream);
+
+/** Sets the calling thread's current stream for `device`: the stream tidepool_cupy_malloc
+ *  allocates on (CuPy passes none). Each thread starts with NULL, the legacy default stream, on
+ *  every device. The Python package sets it from cupy.cuda.get_current_stream() before each
+ *  CuPy allocation. */
+TIDEPOOL_API tidepool_status tidepool_set_current_stream(int device, tidepool_stream_t stream);
+/** The calling thread's current stream for `device`. */
+TIDEPOOL_API tidepool_status tidepool_get_current_stream(int device, tidepool_stream_t* stream);
+
+/** PyTorch's CUDAPluggableAllocator alloc function. Returns NULL on failure, and for size 0. */
+TIDEPOOL_API void* tidepool_torch_alloc(size_t size, int device, tidepool_stream_t stream);
+/** PyTorch's CUDAPluggableAllocator free function (stream: the allocation's, as PyTorch passes). */
+TIDEPOOL_API void tidepool_torch_free(void* ptr, size_t size, int device,
+                                      tidepool_stream_t stream);
+/** CuPy's CFunctionAllocator malloc (void*(*)(void*, size_t, int)). Allocates on the thread's
+ *  current stream for `device` (tidepool_set_current_stream). `param` is unused. NULL on failure. */
+TIDEPOOL_API void* tidepool_cupy_malloc(void* param, size_t size, int device);
+/** CuPy's CFunctionAllocator free (void(*)(void*, void*, int)). Frees on the stream the block was
+ *  allocated on, as CuPy's own pool does, whatever the current stream is now. */
+TIDEPOOL_API void tidepool_cupy_free(void* param, void* ptr, int device);
+
+/** The figures of `device`'s pool; all zero (and success) where no pool exists yet. */
+TIDEPOOL_API tidepool_status tidepool_stats(int device, tidepool_stats_t* stats);
+/** Hands `device`'s free cached memory back to the driver; *bytes: what went back (0 where no
+ *  pool exists). bytes may be NULL. */
+TIDEPOOL_API tidepool_status tidepool_release(int device, size_t* bytes);
+/** On every GPU this process has opened, and no other: every pool's cache, the CUDA async pools,
+ *  then the reclaim hooks. *bytes: handed back, by the allocators' own counts. bytes may be NULL. */
+TIDEPOOL_API tidepool_status tidepool_release_cached_memory(size_t* bytes);
+/** The largest allocation that could succeed on `device` now (cache + driver free, within the
+ *  pool's byte cap and headroom). Opens no context. */
+TIDEPOOL_API tidepool_status tidepool_available_bytes(int device, size_t* bytes);
+
+/** Registers a reclaim hook for every device; *id identifies it for removal. */
+TIDEPOOL_API tidepool_status tidepool_add_reclaim_hook(tidepool_reclaim_fn hook, void* user_data,
+                                                       int* id);
+/** Unregisters a hook; an unknown id is TIDEPOOL_INVALID_ARGUMENT. */
+TIDEPOOL_API tidepool_status tidepool_remove_reclaim_hook(int id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIDEPOOL_C_API_H */

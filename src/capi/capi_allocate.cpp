@@ -1,0 +1,69 @@
+// The C API's allocation entry points: allocate, deallocate, record_stream, and the thread's
+// current stream (for callers that pass none).
+#include <fmt/format.h>
+
+#include "capi/capi_guard.hpp"
+#include "capi/pool_lookup.hpp"
+#include "capi/thread_streams.hpp"
+#include "tidepool/c_api.h"
+#include "tidepool/process.hpp"
+
+namespace tidepool::detail {
+namespace {
+
+lifetime to_lifetime(tidepool_lifetime hint) {
+  switch (hint) {
+    case TIDEPOOL_SCRATCH: return lifetime::scratch;
+    case TIDEPOOL_PERSISTENT: return lifetime::persistent;
+  }
+  throw error(error_code::invalid_argument,
+              fmt::format("lifetime hint {} is neither TIDEPOOL_SCRATCH (0) nor TIDEPOOL_PERSISTENT (1)",
+                          static_cast<int>(hint)));
+}
+
+}  // namespace
+}  // namespace tidepool::detail
+
+extern "C" {
+
+tidepool_status tidepool_allocate(size_t size, int device, tidepool_stream_t stream,
+                                  tidepool_lifetime hint, void** out) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (out == nullptr) throw_null_argument("tidepool_allocate", "out");
+    *out = nullptr;
+    *out = tidepool::device_pool(device).allocate(size, stream, to_lifetime(hint));
+  });
+}
+
+tidepool_status tidepool_deallocate(void* ptr, int device, tidepool_stream_t stream) {
+  using namespace tidepool::detail;
+  return guarded([&] { deallocate_on(ptr, device, stream); });
+}
+
+tidepool_status tidepool_record_stream(void* ptr, int device, tidepool_stream_t stream) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (ptr == nullptr) throw_null_argument("tidepool_record_stream", "ptr");
+    pool_holding(ptr, device).record_stream(ptr, stream);
+  });
+}
+
+tidepool_status tidepool_set_current_stream(int device, tidepool_stream_t stream) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    check_device_exists(device);
+    set_current_stream(device, stream);
+  });
+}
+
+tidepool_status tidepool_get_current_stream(int device, tidepool_stream_t* stream) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (stream == nullptr) throw_null_argument("tidepool_get_current_stream", "stream");
+    check_device_exists(device);
+    *stream = current_stream(device);
+  });
+}
+
+}  // extern "C"

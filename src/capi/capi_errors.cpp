@@ -1,0 +1,74 @@
+// The C API's errors: the thread's last-error message, status names and codes, and the version.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "capi/capi_guard.hpp"
+#include "tidepool/c_api.h"
+
+#ifndef TIDEPOOL_VERSION_STRING
+#error "TIDEPOOL_VERSION_STRING is defined by src/capi/CMakeLists.txt"
+#endif
+
+namespace tidepool::detail {
+namespace {
+// A fixed buffer, so that recording an error never allocates (it may run after bad_alloc).
+constexpr std::size_t message_capacity = 2048;
+thread_local char last_message[message_capacity] = "";
+}  // namespace
+
+tidepool_status fail(tidepool_status status, std::string_view message) noexcept {
+  const std::size_t length = std::min(message.size(), message_capacity - 1);
+  std::memcpy(last_message, message.data(), length);
+  last_message[length] = '\0';
+  return status;
+}
+
+tidepool_status to_status(error_code code) noexcept {
+  switch (code) {
+    case error_code::invalid_size: return TIDEPOOL_INVALID_SIZE;
+    case error_code::invalid_pointer: return TIDEPOOL_INVALID_POINTER;
+    case error_code::double_free: return TIDEPOOL_DOUBLE_FREE;
+    case error_code::invalid_stream: return TIDEPOOL_INVALID_STREAM;
+    case error_code::invalid_device: return TIDEPOOL_INVALID_DEVICE;
+    case error_code::invalid_argument: return TIDEPOOL_INVALID_ARGUMENT;
+    case error_code::driver_failure: return TIDEPOOL_DRIVER_FAILURE;
+    case error_code::unavailable: return TIDEPOOL_UNAVAILABLE;
+  }
+  return TIDEPOOL_INTERNAL_ERROR;
+}
+
+void throw_null_argument(const char* function, const char* name) {
+  throw error(error_code::invalid_argument, fmt::format("{}: {} is NULL", function, name));
+}
+
+void print_last_error() noexcept { std::fprintf(stderr, "tidepool: %s\n", last_message); }
+
+}  // namespace tidepool::detail
+
+extern "C" {
+
+const char* tidepool_version(void) { return TIDEPOOL_VERSION_STRING; }
+
+const char* tidepool_last_error(void) { return tidepool::detail::last_message; }
+
+const char* tidepool_status_name(tidepool_status status) {
+  switch (status) {
+    case TIDEPOOL_SUCCESS: return "TIDEPOOL_SUCCESS";
+    case TIDEPOOL_INVALID_SIZE: return "TIDEPOOL_INVALID_SIZE";
+    case TIDEPOOL_INVALID_POINTER: return "TIDEPOOL_INVALID_POINTER";
+    case TIDEPOOL_DOUBLE_FREE: return "TIDEPOOL_DOUBLE_FREE";
+    case TIDEPOOL_INVALID_STREAM: return "TIDEPOOL_INVALID_STREAM";
+    case TIDEPOOL_INVALID_DEVICE: return "TIDEPOOL_INVALID_DEVICE";
+    case TIDEPOOL_INVALID_ARGUMENT: return "TIDEPOOL_INVALID_ARGUMENT";
+    case TIDEPOOL_DRIVER_FAILURE: return "TIDEPOOL_DRIVER_FAILURE";
+    case TIDEPOOL_UNAVAILABLE: return "TIDEPOOL_UNAVAILABLE";
+    case TIDEPOOL_OUT_OF_MEMORY: return "TIDEPOOL_OUT_OF_MEMORY";
+    case TIDEPOOL_INTERNAL_ERROR: return "TIDEPOOL_INTERNAL_ERROR";
+  }
+  return "TIDEPOOL_UNKNOWN_STATUS";
+}
+
+}  // extern "C"

@@ -1,0 +1,49 @@
+// capi_guard.hpp: the one place where C++ exceptions stop. Every C entry point runs its body in
+// guarded(), which turns whatever was thrown into a tidepool_status and the thread's last-error
+// message, so no exception crosses the C ABI.
+#pragma once
+
+#include <exception>
+#include <new>
+#include <string_view>
+
+#include "tidepool/c_api.h"
+#include "tidepool/errors.hpp"
+
+namespace tidepool::detail {
+
+/// Stores `message` as the calling thread's last error (truncated, never allocating) and returns
+/// `status`.
+tidepool_status fail(tidepool_status status, std::string_view message) noexcept;
+
+/// The C status of a tidepool::error_code.
+tidepool_status to_status(error_code code) noexcept;
+
+/// Throws tidepool::error (invalid_argument) saying that `function`'s argument `name` is NULL.
+[[noreturn]] void throw_null_argument(const char* function, const char* name);
+
+/// Writes "tidepool: <last error>" to stderr: for the framework entry points, which can only
+/// return NULL, so that a failure is seen.
+void print_last_error() noexcept;
+
+/// Runs `body`; returns TIDEPOOL_SUCCESS, or the status of what it threw.
+template <class Body>
+tidepool_status guarded(Body&& body) noexcept {
+  try {
+    body();
+    return TIDEPOOL_SUCCESS;
+  } catch (const out_of_memory& e) {
+    return fail(TIDEPOOL_OUT_OF_MEMORY, e.what());
+  } catch (const error& e) {
+    return fail(to_status(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    // Not tidepool::out_of_memory (caught above): host memory ran out for bookkeeping.
+    return fail(TIDEPOOL_OUT_OF_MEMORY, "host memory exhausted (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return fail(TIDEPOOL_INTERNAL_ERROR, e.what());
+  } catch (...) {
+    return fail(TIDEPOOL_INTERNAL_ERROR, "an exception that is not a std::exception");
+  }
+}
+
+}  // namespace tidepool::detail

@@ -1,0 +1,124 @@
+// The C API's process-wide entry points: devices, stats, release, available bytes, reclaim hooks.
+#include <algorithm>
+#include <cstring>
+
+#include "capi/capi_guard.hpp"
+#include "capi/pool_lookup.hpp"
+#include "process/process_state.hpp"
+#include "tidepool/c_api.h"
+#include "tidepool/process.hpp"
+#include "tidepool/reclaim.hpp"
+
+namespace tidepool::detail {
+namespace {
+
+tidepool_stats_t to_c_stats(const pool_stats& s) {
+  tidepool_stats_t c{};
+  c.struct_size = sizeof(tidepool_stats_t);
+  c.in_use_bytes = s.in_use_bytes;
+  c.requested_bytes = s.requested_bytes;
+  c.cached_bytes = s.cached_bytes;
+  c.mapped_bytes = s.mapped_bytes;
+  c.reserved_address_bytes = s.reserved_address_bytes;
+  c.peak_in_use_bytes = s.peak_in_use_bytes;
+  c.peak_requested_bytes = s.peak_requested_bytes;
+  c.peak_mapped_bytes = s.peak_mapped_bytes;
+  c.live_allocations = s.live_allocations;
+  c.allocations = s.allocations;
+  c.deallocations = s.deallocations;
+  c.out_of_memory_recoveries = s.out_of_memory_recoveries;
+  c.released_bytes = s.released_bytes;
+  c.driver_calls = s.driver.memory_calls();
+  c.driver_microseconds = s.driver.memory_us();
+  return c;
+}
+
+}  // namespace
+}  // namespace tidepool::detail
+
+extern "C" {
+
+tidepool_status tidepool_device_count(int* count) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (count == nullptr) throw_null_argument("tidepool_device_count", "count");
+    *count = tidepool::default_driver()->device_count();
+  });
+}
+
+tidepool_status tidepool_has_context(int device, int* has) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (has == nullptr) throw_null_argument("tidepool_has_context", "has");
+    check_device_exists(device);
+    *has = tidepool::default_driver()->has_context(device) ? 1 : 0;
+  });
+}
+
+tidepool_status tidepool_stats(int device, tidepool_stats_t* stats) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (stats == nullptr) throw_null_argument("tidepool_stats", "stats");
+    if (stats->struct_size < sizeof(stats->struct_size)) {
+      throw tidepool::error(tidepool::error_code::invalid_argument,
+                            "tidepool_stats: set stats->struct_size to sizeof(tidepool_stats_t)");
+    }
+    check_device_exists(device);
+    tidepool_stats_t filled{};
+    filled.struct_size = sizeof(tidepool_stats_t);
+    if (tidepool::pool* p = find_pool(device)) filled = to_c_stats(p->stats());
+    // Fill no more than the caller's struct holds; its struct_size stays as the caller set it.
+    const auto caller_size = static_cast<std::size_t>(stats->struct_size);
+    const std::size_t bytes = std::min(caller_size, sizeof(tidepool_stats_t));
+    const std::size_t skip = sizeof(filled.struct_size);
+    std::memcpy(reinterpret_cast<char*>(stats) + skip, reinterpret_cast<const char*>(&filled) + skip,
+                bytes - skip);
+  });
+}
+
+tidepool_status tidepool_release(int device, size_t* bytes) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    std::size_t released = 0;
+    if (tidepool::pool* p = find_pool(device)) {
+      released = p->release();
+    } else {
+      check_device_exists(device);
+    }
+    if (bytes != nullptr) *bytes = released;
+  });
+}
+
+tidepool_status tidepool_release_cached_memory(size_t* bytes) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    const std::size_t released = tidepool::release_cached_memory();
+    if (bytes != nullptr) *bytes = released;
+  });
+}
+
+tidepool_status tidepool_available_bytes(int device, size_t* bytes) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (bytes == nullptr) throw_null_argument("tidepool_available_bytes", "bytes");
+    *bytes = tidepool::available_bytes(device);
+  });
+}
+
+tidepool_status tidepool_add_reclaim_hook(tidepool_reclaim_fn hook, void* user_data, int* id) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (hook == nullptr) throw_null_argument("tidepool_add_reclaim_hook", "hook");
+    if (id == nullptr) throw_null_argument("tidepool_add_reclaim_hook", "id");
+    *id = tidepool::add_reclaim_hook([hook, user_data](int device, std::size_t bytes_needed) {
+      return hook(device, bytes_needed, user_data);
+    });
+  });
+}
+
+tidepool_status tidepool_remove_reclaim_hook(int id) {
+  using namespace tidepool::detail;
+  return guarded([&] { tidepool::remove_reclaim_hook(id); });
+}
+
+}  // extern "C"
