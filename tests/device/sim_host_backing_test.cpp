@@ -2,7 +2,10 @@
 // bytes and a test can see two live blocks that alias.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <cstring>
+#include <vector>
 
 #include "device/sim_test_support.hpp"
 
@@ -77,6 +80,31 @@ TEST(SimHostBacking, WithoutBackingThereIsNoHostView) {
   const device_address base = reserve(sim, 0, 2 * mib);
   ASSERT_EQ(sim.mem_map(0, base, 2 * mib, create(sim, 0, 2 * mib)), driver_status::success);
   EXPECT_EQ(sim.host_view(0, base, 1), nullptr);
+}
+
+TEST(SimHostBacking, MoreHandlesThanTheSoftDescriptorLimit) {
+  // Each handle is a memfd: past the soft limit the simulation raises it to the hard one.
+  rlimit original{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max < 1024) GTEST_SKIP() << "hard descriptor limit " << original.rlim_max << " is too low";
+  rlimit lowered = original;
+  lowered.rlim_cur = 128;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  {
+    sim_config config = backed_machine();
+    config.capacity = 2 * gib;
+    sim_driver sim(config);
+    const device_address base = reserve(sim, 0, 600 * granule);
+    for (std::size_t i = 0; i < 300; ++i) {
+      const physical_handle handle = create(sim, 0, granule);
+      ASSERT_EQ(sim.mem_map(0, base + 2 * i * granule, granule, handle), driver_status::success) << i;
+      ASSERT_EQ(sim.mem_release(0, handle), driver_status::success);
+    }
+    EXPECT_EQ(sim.mapped_bytes(0), 300 * granule);
+    sim.host_view(0, base + 598 * granule, 1)[0] = std::byte{1};
+    EXPECT_EQ(sim.mem_unmap(0, base + 598 * granule, granule), driver_status::success);
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
 }
 
 TEST(SimHostBacking, DestructorCleansUpLiveMappings) {

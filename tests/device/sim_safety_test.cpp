@@ -55,5 +55,19 @@ TEST_F(SimSafety, WorkQueuedBehindOtherWorkStillCounts) {
   EXPECT_EQ(sim.unsafe_unmap_count(), 1u);
 }
 
+TEST_F(SimSafety, ReleasedHandleFreedByItsLastUnmapIsChecked) {
+  // A handle released while mapped is freed by the unmap; queued work on it makes that unsafe.
+  physical_handle handle = 0;
+  ASSERT_EQ(sim.mem_create(0, 2 * mib, &handle), driver_status::success);
+  ASSERT_EQ(sim.mem_map(0, base + 6 * mib, 2 * mib, handle), driver_status::success);
+  ASSERT_EQ(sim.mem_release(0, handle), driver_status::success);
+  sim.launch(0, nullptr, 10.0, base + 6 * mib, 2 * mib);
+  EXPECT_EQ(sim.unsafe_unmap_count(), 0u) << "releasing a mapped handle frees nothing yet";
+  const std::size_t before = sim.physical_bytes(0);
+  ASSERT_EQ(sim.mem_unmap(0, base + 6 * mib, 2 * mib), driver_status::success);
+  EXPECT_EQ(sim.unsafe_unmap_count(), 1u);
+  EXPECT_EQ(sim.physical_bytes(0), before - 2 * mib);
+}
+
 }  // namespace
 }  // namespace tidepool::test

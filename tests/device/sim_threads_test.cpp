@@ -13,8 +13,8 @@ namespace {
 
 TEST(SimThreads, ConcurrentMapUnmapKeepsExactTotals) {
   constexpr int threads = 8;
-  constexpr int rounds = 200;
-  sim_driver sim(small_machine(2, 4 * gib));
+  constexpr int rounds = 1000;
+  sim_driver sim(small_machine(2, 8 * gib));
   std::atomic<int> failures{0};
   std::vector<std::thread> workers;
   for (int t = 0; t < threads; ++t) {

@@ -2,7 +2,10 @@
 #include "device/sim/host_backing.hpp"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 namespace tidepool::detail {
 namespace {
@@ -41,8 +44,24 @@ void host_release_range(std::uintptr_t address, std::size_t size) noexcept {
   if (address != 0 && size != 0) ::munmap(as_pointer(address), size);
 }
 
+namespace {
+
+// Each handle holds a file descriptor, and a simulated GPU of a few GiB in 2 MiB handles needs more
+// than the usual soft limit of 1024: raise the soft limit to the hard one (once, when first hit).
+bool raise_descriptor_limit() noexcept {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return false;
+  limit.rlim_cur = limit.rlim_max;
+  return ::setrlimit(RLIMIT_NOFILE, &limit) == 0;
+}
+
+}  // namespace
+
 int host_create_memory(std::size_t size) noexcept {
-  const int memfd = ::memfd_create("tidepool-sim-handle", MFD_CLOEXEC);
+  int memfd = ::memfd_create("tidepool-sim-handle", MFD_CLOEXEC);
+  if (memfd < 0 && errno == EMFILE && raise_descriptor_limit()) {
+    memfd = ::memfd_create("tidepool-sim-handle", MFD_CLOEXEC);
+  }
   if (memfd < 0) return -1;
   if (::ftruncate(memfd, static_cast<off_t>(size)) != 0) {
     ::close(memfd);
