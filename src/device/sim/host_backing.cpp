@@ -29,6 +29,7 @@ std::uintptr_t host_reserve(std::size_t size, std::size_t alignment) noexcept {
   if (alignment < page_size()) alignment = page_size();
   // Over-reserve by the alignment, then give back the unaligned head and the unused tail.
   const std::size_t padded = size + alignment;
+  if (padded < size) return 0;
   void* base = ::mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) return 0;
   const auto start = reinterpret_cast<std::uintptr_t>(base);
