@@ -115,5 +115,31 @@ TEST(SimCostModel, CallsAccumulateTheirModelledCost) {
   EXPECT_DOUBLE_EQ(sim.call_counts().total_us(), 0.0);
 }
 
+TEST(SimCostModel, PeerAccessOverSeveralHandlesCostsPerHandleInOneCall) {
+  // DESIGN 2a: one cuMemSetAccess over 200 mapped 2 MiB handles took as long as 200 calls.
+  sim_driver sim(small_machine(2));
+  const device_address base = reserve(sim, 0, 400 * mib);
+  for (std::size_t i = 0; i < 200; ++i) {
+    ASSERT_EQ(sim.mem_map(0, base + i * granule, granule, create(sim, 0, granule)), driver_status::success);
+  }
+  sim.reset_call_counts();
+  ASSERT_EQ(sim.mem_set_access(0, base, 400 * mib, 1), driver_status::success);
+  EXPECT_EQ(sim.call_counts().of(driver_call::mem_set_access), 1u);
+  EXPECT_NEAR(sim.call_counts().us_of(driver_call::mem_set_access), 200 * 36.5, 1e-6);
+}
+
+TEST(SimCostModel, RefusedCallsAreCountedAtTheirModelledCost) {
+  sim_driver sim(small_machine());
+  physical_handle handle = 0;
+  EXPECT_EQ(sim.mem_create(0, 3 * mib, &handle), driver_status::invalid_value);
+  EXPECT_EQ(sim.mem_unmap(0, 0x1000, 2 * mib), driver_status::invalid_value);
+  EXPECT_EQ(sim.mem_release(0, 12345), driver_status::invalid_value);
+  const driver_call_counts counts = sim.call_counts();
+  EXPECT_EQ(counts.of(driver_call::mem_create), 1u);
+  EXPECT_NEAR(counts.us_of(driver_call::mem_create), sim.modelled_cost_us(driver_call::mem_create, 3 * mib), 1e-9);
+  EXPECT_DOUBLE_EQ(counts.us_of(driver_call::mem_unmap), 21.1);
+  EXPECT_DOUBLE_EQ(counts.us_of(driver_call::mem_release), 15.6);
+}
+
 }  // namespace
 }  // namespace tidepool::test
