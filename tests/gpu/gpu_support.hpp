@@ -1,11 +1,10 @@
-// gpu_support.hpp: what the GPU tests and benchmarks need beyond tidepool::driver: skipping
-// where no GPU is present, the loaded driver table with the primary context current, filling
+// gpu_support.hpp: what the GPU tests and benchmarks need beyond tidepool::driver: the loaded
+// driver table with the primary context current, filling
 // and checking device bytes, and keeping a stream busy for a set time (a spin kernel JIT-compiled
 // from PTX, so no nvcc is needed; long memsets where the JIT is missing).
 #pragma once
 
-#include <gtest/gtest.h>
-
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -15,13 +14,6 @@
 #include "device/cuda/cuda_api.hpp"
 #include "device/cuda/cuda_driver.hpp"
 #include "tidepool/driver.hpp"
-
-/// Skips the current test where the CUDA driver or a device is missing.
-#define TIDEPOOL_REQUIRE_GPU()                                                   \
-  do {                                                                           \
-    const std::string tidepool_gpu_reason = tidepool::cuda_driver_unavailable_reason(); \
-    if (!tidepool_gpu_reason.empty()) GTEST_SKIP() << tidepool_gpu_reason;       \
-  } while (0)
 
 namespace tidepool::gpu_test {
 

@@ -1,0 +1,410 @@
+// vmm_calls_bench.cpp: what the CUDA virtual memory calls cost on this GPU (DESIGN 2a), and what
+// the choice of handle size and release policy needs beyond it:
+//   1. microseconds per cuMemCreate / cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease for
+//      handles of 2, 20, 64, 512 MiB and 2 GiB;
+//   2. one cuMemSetAccess over many mapped handles against one call per handle;
+//   3. many live handles (does the cost per call grow with the number held?);
+//   4. mixed sizes held at once;
+//   5. the calls while another stream is busy (a long kernel, then long memsets): which wait;
+//   6. growing by 10 GiB in handles of each size;
+//   7. memory parked in the cudaMallocAsync pool: does cuMemCreate (and cuMemAlloc) take it back
+//      by itself when the device is otherwise full?
+// Prints tables; exits 0 with a note where no GPU is present.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_support.hpp"
+
+namespace {
+
+using tidepool::gpu_test::check;
+using tidepool::gpu_test::cu;
+using clock_type = std::chrono::steady_clock;
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t GiB = std::size_t{1} << 30;
+
+double us_since(clock_type::time_point start) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - start).count();
+}
+
+template <class Call>
+double timed_us(Call&& call) {
+  const auto start = clock_type::now();
+  call();
+  return us_since(start);
+}
+
+struct summary {
+  double median = 0;
+  double mean = 0;
+};
+
+summary summarize(std::vector<double> v) {
+  summary s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.median = v[v.size() / 2];
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  return s;
+}
+
+CUmemAllocationProp pinned_on(CUdevice device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+CUmemAccessDesc read_write_on(CUdevice device) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return access;
+}
+
+// Handles of one size, created and mapped back to back in one reserved range, each call timed.
+struct handle_set {
+  std::size_t size = 0;
+  CUdeviceptr base = 0;
+  std::vector<CUmemGenericAllocationHandle> handles;
+  std::vector<double> create_us, map_us, access_us, unmap_us, release_us;
+
+  handle_set(std::size_t handle_size, std::size_t count) : size(handle_size) {
+    check(cu().cuMemAddressReserve(&base, handle_size * count, handle_size, 0, 0), "cuMemAddressReserve");
+    handles.resize(count);
+  }
+  void create_and_map(std::size_t i) {
+    const CUmemAllocationProp prop = pinned_on(0);
+    const CUmemAccessDesc access = read_write_on(0);
+    const CUdeviceptr at = base + i * size;
+    create_us.push_back(timed_us([&] { check(cu().cuMemCreate(&handles[i], size, &prop, 0), "cuMemCreate"); }));
+    map_us.push_back(timed_us([&] { check(cu().cuMemMap(at, size, 0, handles[i], 0), "cuMemMap"); }));
+    access_us.push_back(timed_us([&] { check(cu().cuMemSetAccess(at, size, &access, 1), "cuMemSetAccess"); }));
+  }
+  void unmap_and_release(std::size_t i) {
+    const CUdeviceptr at = base + i * size;
+    unmap_us.push_back(timed_us([&] { check(cu().cuMemUnmap(at, size), "cuMemUnmap"); }));
+    release_us.push_back(timed_us([&] { check(cu().cuMemRelease(handles[i]), "cuMemRelease"); }));
+  }
+  void free_range() { check(cu().cuMemAddressFree(base, size * handles.size()), "cuMemAddressFree"); }
+};
+
+void print_row(const std::string& label, const handle_set& s, bool use_median) {
+  auto pick = [&](const std::vector<double>& v) {
+    const summary x = summarize(v);
+    return use_median ? x.median : x.mean;
+  };
+  std::printf("| %-10s | %9.1f | %7.1f | %14.1f | %10.1f | %12.1f |\n", label.c_str(), pick(s.create_us),
+              pick(s.map_us), pick(s.access_us), pick(s.unmap_us), pick(s.release_us));
+}
+
+void per_size_costs() {
+  std::printf("\n## 1. Microseconds per call by handle size (median; mean in the second table)\n\n");
+  struct row {
+    std::size_t size;
+    std::size_t count;
+    const char* label;
+  };
+  const row rows[] = {{2 * MiB, 200, "2 MiB"}, {20 * MiB, 200, "20 MiB"}, {64 * MiB, 200, "64 MiB"},
+                      {512 * MiB, 20, "512 MiB"}, {2 * GiB, 20, "2 GiB"}};
+  std::vector<handle_set> sets;
+  for (const row& r : rows) {
+    handle_set s(r.size, r.count);
+    for (std::size_t i = 0; i < r.count; ++i) s.create_and_map(i);
+    for (std::size_t i = 0; i < r.count; ++i) s.unmap_and_release(i);
+    s.free_range();
+    sets.push_back(std::move(s));
+  }
+  for (bool median : {true, false}) {
+    std::printf("| handle     | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap | cuMemRelease |  (%s, %s)\n",
+                median ? "median" : "mean", "us");
+    std::printf("|---|---|---|---|---|---|\n");
+    for (std::size_t k = 0; k < sets.size(); ++k) {
+      print_row(std::string(rows[k].label) + " x" + std::to_string(rows[k].count), sets[k], median);
+    }
+    std::printf("\n");
+  }
+}
+
+void one_set_access_over_many() {
+  std::printf("## 2. cuMemSetAccess: one call over 200 mapped 2 MiB handles vs one call per handle\n\n");
+  const std::size_t count = 200;
+  handle_set s(2 * MiB, count);
+  const CUmemAllocationProp prop = pinned_on(0);
+  for (std::size_t i = 0; i < count; ++i) {
+    check(cu().cuMemCreate(&s.handles[i], s.size, &prop, 0), "cuMemCreate");
+    check(cu().cuMemMap(s.base + i * s.size, s.size, 0, s.handles[i], 0), "cuMemMap");
+  }
+  const CUmemAccessDesc access = read_write_on(0);
+  const double one_call = timed_us([&] { check(cu().cuMemSetAccess(s.base, s.size * count, &access, 1), "cuMemSetAccess"); });
+  const double per_handle = timed_us([&] {
+    for (std::size_t i = 0; i < count; ++i) check(cu().cuMemSetAccess(s.base + i * s.size, s.size, &access, 1), "cuMemSetAccess");
+  });
+  std::printf("one call over 400 MiB: %.0f us; 200 calls: %.0f us (%.1f us each)\n\n", one_call, per_handle,
+              per_handle / count);
+  // Unmapping the whole range at once, likewise.
+  const double one_unmap = timed_us([&] { check(cu().cuMemUnmap(s.base, s.size * count), "cuMemUnmap"); });
+  std::printf("one cuMemUnmap over the 200 handles: %.0f us\n\n", one_unmap);
+  for (auto h : s.handles) check(cu().cuMemRelease(h), "cuMemRelease");
+  s.free_range();
+}
+
+void many_handles() {
+  std::printf("## 3. Many live handles: 8000 x 2 MiB (16 GiB), mean us per call by batch of 1000\n\n");
+  const std::size_t count = 8000;
+  const std::size_t batch = 1000;
+  handle_set s(2 * MiB, count);
+  for (std::size_t i = 0; i < count; ++i) s.create_and_map(i);
+  // Release in a shuffled order, as a pool hands back scattered free handles.
+  std::vector<std::size_t> order(count);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(42));
+  for (std::size_t i : order) s.unmap_and_release(i);
+  std::printf("| live handles before the batch | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap (shuffled) | cuMemRelease |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  auto mean = [](const std::vector<double>& v, std::size_t from, std::size_t n) {
+    return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(from), v.begin() + static_cast<std::ptrdiff_t>(from + n), 0.0) /
+           static_cast<double>(n);
+  };
+  for (std::size_t b = 0; b < count / batch; ++b) {
+    std::printf("| %zu (create) / %zu (release) | %.1f | %.1f | %.1f | %.1f | %.1f |\n", b * batch, count - b * batch,
+                mean(s.create_us, b * batch, batch), mean(s.map_us, b * batch, batch), mean(s.access_us, b * batch, batch),
+                mean(s.unmap_us, b * batch, batch), mean(s.release_us, b * batch, batch));
+  }
+  s.free_range();
+  std::printf("\n");
+}
+
+void mixed_sizes() {
+  std::printf("## 4. Mixed sizes held at once: 600 handles of 2, 20 and 64 MiB in random order\n\n");
+  const std::size_t sizes[] = {2 * MiB, 20 * MiB, 64 * MiB};
+  std::mt19937_64 rng(7);
+  std::vector<std::size_t> kinds(600);
+  for (auto& k : kinds) k = rng() % 3;
+  std::size_t range = 0;
+  for (auto k : kinds) range += sizes[k];
+  CUdeviceptr base = 0;
+  check(cu().cuMemAddressReserve(&base, range, 2 * MiB, 0, 0), "cuMemAddressReserve");
+  std::vector<std::vector<double>> create(3), map(3), access(3), unmap(3), release(3);
+  std::vector<CUmemGenericAllocationHandle> handles(kinds.size());
+  std::vector<CUdeviceptr> where(kinds.size());
+  const CUmemAccessDesc rw = read_write_on(0);
+  CUdeviceptr at = base;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    const std::size_t k = kinds[i];
+    const CUmemAllocationProp prop = pinned_on(0);
+    where[i] = at;
+    create[k].push_back(timed_us([&] { check(cu().cuMemCreate(&handles[i], sizes[k], &prop, 0), "cuMemCreate"); }));
+    map[k].push_back(timed_us([&] { check(cu().cuMemMap(at, sizes[k], 0, handles[i], 0), "cuMemMap"); }));
+    access[k].push_back(timed_us([&] { check(cu().cuMemSetAccess(at, sizes[k], &rw, 1), "cuMemSetAccess"); }));
+    at += sizes[k];
+  }
+  for (std::size_t i = kinds.size(); i-- > 0;) {
+    const std::size_t k = kinds[i];
+    unmap[k].push_back(timed_us([&] { check(cu().cuMemUnmap(where[i], sizes[k]), "cuMemUnmap"); }));
+    release[k].push_back(timed_us([&] { check(cu().cuMemRelease(handles[i]), "cuMemRelease"); }));
+  }
+  check(cu().cuMemAddressFree(base, range), "cuMemAddressFree");
+  std::printf("| handle | count | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap | cuMemRelease | (median us)\n|---|---|---|---|---|---|---|\n");
+  const char* labels[] = {"2 MiB", "20 MiB", "64 MiB"};
+  for (std::size_t k = 0; k < 3; ++k) {
+    std::printf("| %s | %zu | %.1f | %.1f | %.1f | %.1f | %.1f |\n", labels[k], create[k].size(), summarize(create[k]).median,
+                summarize(map[k]).median, summarize(access[k]).median, summarize(unmap[k]).median,
+                summarize(release[k]).median);
+  }
+  std::printf("\n");
+}
+
+void calls_while_busy(tidepool::gpu_test::stream_occupier& occupier, const char* how, bool use_memset) {
+  CUstream busy = nullptr;
+  check(cu().cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  const CUmemAllocationProp prop = pinned_on(0);
+  const CUmemAccessDesc rw = read_write_on(0);
+  CUdeviceptr range = 0;
+  check(cu().cuMemAddressReserve(&range, 64 * MiB, 2 * MiB, 0, 0), "cuMemAddressReserve");
+  CUdeviceptr plain = 0;
+  check(cu().cuMemAlloc(&plain, 64 * MiB), "cuMemAlloc");
+  CUdeviceptr big = 0;
+  const std::size_t big_bytes = 32 * GiB;
+  if (use_memset) check(cu().cuMemAlloc(&big, big_bytes), "cuMemAlloc (memset target)");
+  check(cu().cuCtxSynchronize(), "sync");
+
+  const auto queued = clock_type::now();
+  if (use_memset) {
+    for (int i = 0; i < 12; ++i) check(cu().cuMemsetD8Async(big, static_cast<unsigned char>(i), big_bytes, busy), "memset");
+  } else {
+    occupier.occupy(busy, 200);
+  }
+  CUmemGenericAllocationHandle h = 0;
+  const double create = timed_us([&] { check(cu().cuMemCreate(&h, 64 * MiB, &prop, 0), "cuMemCreate"); });
+  const double map = timed_us([&] { check(cu().cuMemMap(range, 64 * MiB, 0, h, 0), "cuMemMap"); });
+  const double access = timed_us([&] { check(cu().cuMemSetAccess(range, 64 * MiB, &rw, 1), "cuMemSetAccess"); });
+  const double unmap = timed_us([&] { check(cu().cuMemUnmap(range, 64 * MiB), "cuMemUnmap"); });
+  const double release = timed_us([&] { check(cu().cuMemRelease(h), "cuMemRelease"); });
+  const bool still_busy = cu().cuStreamQuery(busy) == CUDA_ERROR_NOT_READY;
+  CUdeviceptr fresh = 0;
+  const double alloc = timed_us([&] { check(cu().cuMemAlloc(&fresh, 64 * MiB), "cuMemAlloc"); });
+  const double free_plain = timed_us([&] { check(cu().cuMemFree(plain), "cuMemFree"); });
+  const double busy_ms = us_since(queued) / 1000.0;
+  check(cu().cuStreamSynchronize(busy), "cuStreamSynchronize");
+  const double total_ms = us_since(queued) / 1000.0;
+  std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.1f | %.0f (%.0f ms after queueing; work took %.0f ms) |\n", how,
+              create, map, access, unmap, release, still_busy ? "yes" : "no", alloc, free_plain * 1.0, busy_ms, total_ms);
+  check(cu().cuMemFree(fresh), "cuMemFree");
+  if (big != 0) check(cu().cuMemFree(big), "cuMemFree");
+  check(cu().cuMemAddressFree(range, 64 * MiB), "cuMemAddressFree");
+  check(cu().cuStreamDestroy(busy), "cuStreamDestroy");
+}
+
+void growth_cost() {
+  std::printf("## 6. Growing by 10 GiB (create + map + set access), then giving it all back (unmap + release)\n\n");
+  std::printf("| handle | handles | grow ms | give back ms |\n|---|---|---|---|\n");
+  for (std::size_t size : {2 * MiB, 20 * MiB, 64 * MiB, 512 * MiB, 2 * GiB}) {
+    const std::size_t count = 10 * GiB / size;
+    handle_set s(size, count);
+    const double grow = timed_us([&] { for (std::size_t i = 0; i < count; ++i) s.create_and_map(i); });
+    const double shrink = timed_us([&] { for (std::size_t i = 0; i < count; ++i) s.unmap_and_release(i); });
+    s.free_range();
+    std::printf("| %zu MiB | %zu | %.1f | %.1f |\n", size / MiB, count, grow / 1000.0, shrink / 1000.0);
+  }
+  std::printf("\n");
+}
+
+std::size_t free_bytes() {
+  std::size_t free = 0;
+  std::size_t total = 0;
+  check(cu().cuMemGetInfo(&free, &total), "cuMemGetInfo");
+  return free;
+}
+
+cuuint64_t reserved_in(CUmemoryPool pool) {
+  cuuint64_t reserved = 0;
+  check(cu().cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), "pool reserved");
+  return reserved;
+}
+
+// Fills the default async pool (threshold raised) until `leave` bytes are free, frees it all
+// into the pool, and returns the bytes parked there.
+std::size_t park_in_async_pool(CUmemoryPool pool, std::size_t leave) {
+  cuuint64_t keep = ~cuuint64_t{0};
+  check(cu().cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep), "threshold");
+  std::vector<CUdeviceptr> blocks;
+  while (free_bytes() > leave + 2 * GiB) {
+    CUdeviceptr p = 0;
+    if (cu().cuMemAllocAsync(&p, 2 * GiB, nullptr) != CUDA_SUCCESS) break;
+    blocks.push_back(p);
+    check(cu().cuCtxSynchronize(), "sync");
+  }
+  for (auto p : blocks) check(cu().cuMemFreeAsync(p, nullptr), "cuMemFreeAsync");
+  check(cu().cuCtxSynchronize(), "sync");
+  return static_cast<std::size_t>(reserved_in(pool));
+}
+
+void async_pool_reclaim() {
+  std::printf("## 7. Memory parked in the cudaMallocAsync pool (release threshold raised): who takes it back?\n\n");
+  CUmemoryPool pool = nullptr;
+  check(cu().cuDeviceGetDefaultMemPool(&pool, 0), "cuDeviceGetDefaultMemPool");
+
+  // cuMemCreate, 2 GiB handles, until it fails or has taken 24 GiB more than cuMemGetInfo reported free.
+  {
+    const std::size_t parked = park_in_async_pool(pool, 8 * GiB);
+    const std::size_t free_before = free_bytes();
+    const CUmemAllocationProp prop = pinned_on(0);
+    std::vector<CUmemGenericAllocationHandle> handles;
+    CUresult last = CUDA_SUCCESS;
+    std::size_t taken = 0;
+    double slowest_us = 0;
+    while (taken < free_before + 24 * GiB) {
+      CUmemGenericAllocationHandle h = 0;
+      const auto start = clock_type::now();
+      last = cu().cuMemCreate(&h, 2 * GiB, &prop, 0);
+      slowest_us = std::max(slowest_us, us_since(start));
+      if (last != CUDA_SUCCESS) break;
+      handles.push_back(h);
+      taken += 2 * GiB;
+    }
+    const std::size_t parked_after = static_cast<std::size_t>(reserved_in(pool));
+    std::printf("cuMemCreate: %.1f GiB parked in the pool, %.1f GiB free by cuMemGetInfo; created %.1f GiB in 2 GiB handles "
+                "(last result %s, slowest call %.0f us); pool reserved afterwards %.1f GiB\n",
+                static_cast<double>(parked) / GiB, static_cast<double>(free_before) / GiB, static_cast<double>(taken) / GiB,
+                tidepool::detail::cuda_error_name(last).c_str(), slowest_us, static_cast<double>(parked_after) / GiB);
+    for (auto h : handles) check(cu().cuMemRelease(h), "cuMemRelease");
+    cu().cuMemPoolTrimTo(pool, 0);
+  }
+  // The same with plain cuMemAlloc of one large block.
+  {
+    const std::size_t parked = park_in_async_pool(pool, 8 * GiB);
+    const std::size_t free_before = free_bytes();
+    const std::size_t ask = free_before + 24 * GiB;
+    CUdeviceptr p = 0;
+    const auto start = clock_type::now();
+    const CUresult result = cu().cuMemAlloc(&p, ask);
+    const double took = us_since(start);
+    const std::size_t parked_after = static_cast<std::size_t>(reserved_in(pool));
+    std::printf("cuMemAlloc: %.1f GiB parked, %.1f GiB free; one cuMemAlloc of %.1f GiB -> %s in %.0f us; pool reserved "
+                "afterwards %.1f GiB\n",
+                static_cast<double>(parked) / GiB, static_cast<double>(free_before) / GiB, static_cast<double>(ask) / GiB,
+                tidepool::detail::cuda_error_name(result).c_str(), took, static_cast<double>(parked_after) / GiB);
+    if (result == CUDA_SUCCESS) check(cu().cuMemFree(p), "cuMemFree");
+    cu().cuMemPoolTrimTo(pool, 0);
+  }
+  std::printf("\n");
+}
+
+}  // namespace
+
+int main() {
+  const std::string reason = tidepool::cuda_driver_unavailable_reason();
+  if (!reason.empty()) {
+    std::printf("no GPU: %s\n", reason.c_str());
+    return 0;
+  }
+  try {
+    auto drv = tidepool::make_cuda_driver();
+    tidepool::gpu_test::make_current(*drv);
+    int version = tidepool::detail::cuda()->driver_version;
+    CUdevice dev = 0;
+    check(cu().cuDeviceGet(&dev, 0), "cuDeviceGet");
+    char bus_id[64] = {};
+    check(cu().cuDeviceGetPCIBusId(bus_id, sizeof bus_id, dev), "cuDeviceGetPCIBusId");
+    const CUmemAllocationProp prop = pinned_on(0);
+    std::size_t minimum = 0;
+    std::size_t recommended = 0;
+    check(cu().cuMemGetAllocationGranularity(&minimum, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity");
+    check(cu().cuMemGetAllocationGranularity(&recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity");
+    std::printf("# CUDA virtual memory calls: driver CUDA %d, device 0 at %s, granularity minimum %zu KiB, recommended %zu KiB\n",
+                version, bus_id, minimum / 1024, recommended / 1024);
+    {
+      // Warm the driver's paths once so the first measured call is not the first ever.
+      handle_set warm(2 * MiB, 4);
+      for (std::size_t i = 0; i < 4; ++i) warm.create_and_map(i);
+      for (std::size_t i = 0; i < 4; ++i) warm.unmap_and_release(i);
+      warm.free_range();
+    }
+    per_size_costs();
+    one_set_access_over_many();
+    many_handles();
+    mixed_sizes();
+    std::printf("## 5. Calls (64 MiB handle, microseconds) while another stream is busy for about 200 ms\n\n");
+    std::printf("| busy with | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap | cuMemRelease | still busy after unmap+release | cuMemAlloc | cuMemFree of an unrelated plain allocation |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    tidepool::gpu_test::stream_occupier occupier;
+    calls_while_busy(occupier, occupier.method() == std::string("kernel") ? "spin kernel" : "memsets (no JIT)", false);
+    calls_while_busy(occupier, "12 memsets of 32 GiB", true);
+    std::printf("\n");
+    growth_cost();
+    async_pool_reclaim();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vmm_calls_bench failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
