@@ -1,0 +1,149 @@
+// The replay loop: rows to allocator calls, held memory sampled after every row, time measured
+// inside the allocator's calls only.
+#include "replay/replay_engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+
+#include "replay/replay_allocator.hpp"
+#include "tidepool/errors.hpp"
+#include "tidepool/sim.hpp"
+
+namespace tidepool::replay {
+
+namespace {
+
+// Real streams of the driver standing for the trace's recorded ones; 0 stays the default stream.
+class stream_map {
+ public:
+  stream_map(driver& drv, int device) : driver_(drv), device_(device) {}
+  ~stream_map() {
+    for (const auto& [recorded, stream] : streams_) (void)driver_.stream_destroy(device_, stream);
+  }
+  stream_map(const stream_map&) = delete;
+  stream_map& operator=(const stream_map&) = delete;
+
+  stream_t get(std::uintptr_t recorded) {
+    if (recorded == 0) return nullptr;
+    const auto it = streams_.find(recorded);
+    if (it != streams_.end()) return it->second;
+    stream_t stream = nullptr;
+    const driver_status status = driver_.stream_create(device_, &stream);
+    if (status != driver_status::success) detail::throw_driver_failure("replay", driver_call::stream_create, status);
+    streams_.emplace(recorded, stream);
+    return stream;
+  }
+
+ private:
+  driver& driver_;
+  int device_;
+  std::unordered_map<std::uintptr_t, stream_t> streams_;
+};
+
+struct live_allocation {
+  device_address address;
+  std::size_t size;
+  stream_t stream;
+};
+
+}  // namespace
+
+replay_result replay_trace(const trace& t, std::string_view allocator_name, const std::shared_ptr<driver>& drv,
+                           const replay_options& options) {
+  using clock = std::chrono::steady_clock;
+  const int device = options.device;
+  replay_result r;
+  r.trace = t.name;
+  r.allocator = std::string(allocator_name);
+  r.device = drv->name();
+
+  // The program being replayed has a context on its device before it allocates anything.
+  if (const driver_status status = drv->open_context(device); status != driver_status::success) {
+    throw error(error_code::driver_failure,
+                fmt::format("replay: cannot open the context of device {}: {}", device, to_string(status)));
+  }
+  const driver_call_counts counts_before = drv->call_counts();
+  auto* sim = dynamic_cast<sim_driver*>(drv.get());
+  std::unique_ptr<replay_allocator> allocator = make_allocator(allocator_name, drv, device);
+  auto held = [&] { return sim != nullptr ? sim->physical_bytes(device) : allocator->held_bytes(); };
+  const std::size_t held_before = held();  // a context opened by the allocator is not its memory
+  auto held_now = [&] {
+    const std::size_t h = held();
+    return h - std::min(h, held_before);
+  };
+
+  stream_map streams(*drv, device);
+  std::unordered_map<std::uintptr_t, live_allocation> live;
+  std::unordered_set<std::uintptr_t> failed;  // recorded pointers whose allocation failed here
+  std::size_t live_bytes = 0;
+  clock::duration inside{};
+  const std::size_t total = t.events.size();
+  const std::size_t progress_every = std::max<std::size_t>(total / 100, 1000);
+
+  for (std::size_t i = 0; i < total; ++i) {
+    const trace_event& e = t.events[i];
+    if (e.action == trace_action::allocate) {
+      const stream_t stream = streams.get(e.stream);
+      const auto start = clock::now();
+      const std::optional<device_address> address = allocator->allocate(e.size, stream);
+      inside += clock::now() - start;
+      ++r.operations;
+      if (!address) {
+        ++r.failures;
+        failed.insert(e.pointer);
+      } else {
+        live.emplace(e.pointer, live_allocation{*address, e.size, stream});
+        live_bytes += e.size;
+        r.peak_live_bytes = std::max(r.peak_live_bytes, live_bytes);
+        r.peak_held_bytes = std::max(r.peak_held_bytes, held_now());
+      }
+    } else if (e.action == trace_action::free) {
+      const auto it = live.find(e.pointer);
+      if (it == live.end()) {
+        if (failed.erase(e.pointer) != 0) continue;  // its allocation failed: nothing to free
+        throw error(error_code::invalid_argument,
+                    "replay: free of a pointer the trace never allocated (an unchecked trace?)");
+      }
+      const auto start = clock::now();
+      allocator->deallocate(it->second.address, it->second.size, streams.get(e.stream));
+      inside += clock::now() - start;
+      ++r.operations;
+      live_bytes -= it->second.size;
+      live.erase(it);
+      // Some allocators (a release threshold, an immediate policy) hand memory back on free.
+      r.peak_held_bytes = std::max(r.peak_held_bytes, held_now());
+    } else {
+      ++r.recorded_failures;
+    }
+    if (options.progress && (i + 1) % progress_every == 0) options.progress(i + 1, total);
+  }
+
+  r.live_end_bytes = live_bytes;
+  r.live_end_allocations = live.size();
+  r.held_end_bytes = held_now();
+  r.own_held_end_bytes = allocator->held_bytes();
+  if (const std::size_t used = drv->memory_info(device).process_used; used != device_memory_info::unknown_bytes) {
+    r.process_used_end_bytes = used;
+  }
+  r.released_bytes = allocator->release();
+  r.held_after_release_bytes = held_now();
+  if (const std::size_t used = drv->memory_info(device).process_used; used != device_memory_info::unknown_bytes) {
+    r.process_used_after_release_bytes = used;
+  }
+  driver_call_counts counts = drv->call_counts();
+  counts -= counts_before;
+  r.driver_calls = counts.memory_calls();
+  r.driver_us = counts.memory_us();
+  r.ns_per_op = r.operations == 0
+                    ? 0.0
+                    : static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(inside).count()) /
+                          static_cast<double>(r.operations);
+  if (options.progress) options.progress(total, total);
+  return r;
+}
+
+}  // namespace tidepool::replay

@@ -1,0 +1,72 @@
+// replay/replay_engine.hpp: replays one trace against one allocator on one driver and measures
+// what the allocator held and what it cost.
+//
+// Rows are replayed in order: an `allocate` asks the allocator for the recorded size on the
+// recorded stream (each distinct stream of the trace becomes a real stream of the driver), a
+// `free` frees what that allocate got, an `allocate failure` row is counted and skipped.
+// Allocations still live at the end of the trace are left allocated: "held at end" counts them,
+// and the release that follows cannot return them. An allocation the allocator cannot satisfy
+// is counted as a failure (its later free is skipped); the replay goes on.
+//
+// "Held" is the physical memory the allocator holds from the driver: on sim exactly
+// sim_driver::physical_bytes(), after every row; elsewhere the allocator's own count, with the
+// driver's process figure (NVML on cuda) reported beside it at the end.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "replay/trace.hpp"
+#include "tidepool/driver.hpp"
+
+namespace tidepool::replay {
+
+/// What one replay measured.
+struct replay_result {
+  std::string trace;
+  std::string allocator;
+  std::string device;  ///< the driver's name
+  std::uint64_t operations = 0;          ///< allocate and free calls made
+  std::uint64_t failures = 0;            ///< allocations the allocator could not satisfy
+  std::uint64_t recorded_failures = 0;   ///< `allocate failure` rows of the trace (skipped)
+  std::size_t peak_live_bytes = 0;       ///< most bytes live at once, as requested
+  std::size_t live_end_bytes = 0;        ///< bytes still live at the end (left allocated)
+  std::size_t live_end_allocations = 0;
+  std::size_t peak_held_bytes = 0;
+  std::size_t held_end_bytes = 0;            ///< held after the last row, before release
+  std::size_t held_after_release_bytes = 0;  ///< held after the allocator's release()
+  std::size_t released_bytes = 0;           ///< what release() says it returned
+  std::size_t own_held_end_bytes = 0;        ///< the allocator's own count at the end
+  /// The driver's figure for this process's device memory at the end, before and after release
+  /// (NVML on cuda; sim's exact count); nullopt where the driver cannot tell.
+  std::optional<std::size_t> process_used_end_bytes;
+  std::optional<std::size_t> process_used_after_release_bytes;
+  std::uint64_t driver_calls = 0;  ///< memory calls (reserve, create, map, access, unmap, release, alloc, free)
+  double driver_us = 0;            ///< their modelled (sim) or measured (cuda) time
+  double ns_per_op = 0;            ///< wall time inside allocate/free per operation
+
+  /// peak held / peak live.
+  [[nodiscard]] double held_ratio() const noexcept {
+    return peak_live_bytes == 0 ? 0.0 : static_cast<double>(peak_held_bytes) / static_cast<double>(peak_live_bytes);
+  }
+};
+
+/// Settings of a replay.
+struct replay_options {
+  int device = 0;
+  /// Called now and then with (rows done, rows in all); may be empty.
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+/// Creates the allocator `allocator_name` on `drv` and replays `t` with it. Driver calls are
+/// counted from before the allocator exists, so give each replay a fresh driver for counts that
+/// are the allocator's own.
+[[nodiscard]] replay_result replay_trace(const trace& t, std::string_view allocator_name,
+                                         const std::shared_ptr<driver>& drv, const replay_options& options = {});
+
+}  // namespace tidepool::replay

@@ -1,0 +1,81 @@
+// Formatting replay results: aligned text for people, JSON for scripts.
+#include "replay/report.hpp"
+
+#include <array>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace tidepool::replay {
+
+std::string format_bytes(std::size_t bytes) {
+  constexpr std::array<const char*, 4> units = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  double value = static_cast<double>(bytes) / 1024.0;
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < units.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (value >= 100) return fmt::format("{:.1f} {}", value, units[unit]);
+  return fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+std::string format_table(const trace_summary& s, const std::vector<replay_result>& results) {
+  std::string out;
+  const std::string name = results.empty() ? std::string("(no allocator)") : results.front().trace;
+  out += fmt::format("{}: {} allocations, {} frees, peak live {}", name, s.allocations, s.frees,
+                     format_bytes(s.peak_live_bytes));
+  if (s.failures != 0) out += fmt::format(", {} recorded allocation failures (skipped)", s.failures);
+  out += fmt::format(
+      "\n  {} allocations ({}) are live at the end and are left allocated: held at end counts them.\n",
+      s.live_allocations_at_end, format_bytes(s.live_bytes_at_end));
+  const bool nvml = !results.empty() && results.front().process_used_end_bytes.has_value() &&
+                    results.front().device != "sim";
+  out += fmt::format("  {:<11} {:>11} {:>11} {:>7} {:>11} {:>13} {:>9} {:>11} {:>8} {:>8}{}\n", "allocator",
+                     "peak live", "peak held", "ratio", "held end", "after release", "drv calls", "drv time",
+                     "ns/op", "failed", nvml ? "  process (NVML) end / after release" : "");
+  for (const replay_result& r : results) {
+    out += fmt::format("  {:<11} {:>11} {:>11} {:>7.3f} {:>11} {:>13} {:>9} {:>8.1f} ms {:>8.0f} {:>8}", r.allocator,
+                       format_bytes(r.peak_live_bytes), format_bytes(r.peak_held_bytes), r.held_ratio(),
+                       format_bytes(r.held_end_bytes), format_bytes(r.held_after_release_bytes), r.driver_calls,
+                       r.driver_us / 1000.0, r.ns_per_op, r.failures);
+    if (nvml) {
+      out += fmt::format("  {} / {}", format_bytes(r.process_used_end_bytes.value_or(0)),
+                         format_bytes(r.process_used_after_release_bytes.value_or(0)));
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+std::string format_json(const std::vector<replay_result>& results) {
+  nlohmann::json array = nlohmann::json::array();
+  for (const replay_result& r : results) {
+    nlohmann::json o;
+    o["trace"] = r.trace;
+    o["allocator"] = r.allocator;
+    o["device"] = r.device;
+    o["operations"] = r.operations;
+    o["failures"] = r.failures;
+    o["peak_live_bytes"] = r.peak_live_bytes;
+    o["peak_held_bytes"] = r.peak_held_bytes;
+    o["held_ratio"] = r.held_ratio();
+    o["held_end_bytes"] = r.held_end_bytes;
+    o["held_after_release_bytes"] = r.held_after_release_bytes;
+    o["live_end_bytes"] = r.live_end_bytes;
+    o["live_end_allocations"] = r.live_end_allocations;
+    o["driver_calls"] = r.driver_calls;
+    o["driver_us"] = r.driver_us;
+    o["ns_per_op"] = r.ns_per_op;
+    o["process_used_end_bytes"] =
+        r.process_used_end_bytes ? nlohmann::json(*r.process_used_end_bytes) : nlohmann::json(nullptr);
+    o["process_used_after_release_bytes"] = r.process_used_after_release_bytes
+                                                ? nlohmann::json(*r.process_used_after_release_bytes)
+                                                : nlohmann::json(nullptr);
+    array.push_back(std::move(o));
+  }
+  return array.dump(2) + "\n";
+}
+
+}  // namespace tidepool::replay

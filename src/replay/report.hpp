@@ -1,0 +1,26 @@
+// replay/report.hpp: the replay results as a text table (one per trace, tidepool first) and as
+// one JSON array (one object per trace and allocator).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "replay/replay_engine.hpp"
+#include "replay/trace.hpp"
+
+namespace tidepool::replay {
+
+/// Bytes in the unit that reads best: "512 B", "36.0 KiB", "1.20 MiB", "14.24 GiB".
+[[nodiscard]] std::string format_bytes(std::size_t bytes);
+
+/// The table of one trace: a heading with the trace's own figures, then one row per allocator in
+/// the order given (put tidepool first).
+[[nodiscard]] std::string format_table(const trace_summary& summary, const std::vector<replay_result>& results);
+
+/// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,
+/// peak_live_bytes, peak_held_bytes, held_ratio, held_end_bytes, held_after_release_bytes,
+/// live_end_bytes, live_end_allocations, driver_calls, driver_us, ns_per_op, process_used_end_bytes,
+/// process_used_after_release_bytes (null where unknown).
+[[nodiscard]] std::string format_json(const std::vector<replay_result>& results);
+
+}  // namespace tidepool::replay

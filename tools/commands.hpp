@@ -1,0 +1,16 @@
+// tools/commands.hpp: the subcommands of the `tidepool` command line, each in its own file.
+// Each add_* function registers its subcommand on the app and returns the code it will set.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tidepool::cli {
+
+/// `tidepool replay TRACE...`: replays traces against tidepool and the baselines.
+void add_replay_command(CLI::App& app, int& exit_code);
+/// `tidepool info`: the driver, its devices, which have a context, their memory.
+void add_info_command(CLI::App& app, int& exit_code);
+/// `tidepool generate-loader OUT`: writes the loader workload of DESIGN 1.1 as a trace.
+void add_generate_loader_command(CLI::App& app, int& exit_code);
+
+}  // namespace tidepool::cli

@@ -1,0 +1,22 @@
+// tools/device_choice.cpp: the sim (sized as an H200 by sim_config's defaults) or the CUDA driver.
+#include "device_choice.hpp"
+
+#include <fmt/format.h>
+
+#include "tidepool/errors.hpp"
+#include "tidepool/sim.hpp"
+
+namespace tidepool::cli {
+
+std::shared_ptr<driver> make_driver(const std::string& device) {
+  if (device == "sim") return std::make_shared<sim_driver>(sim_config{});
+  if (device == "cuda") {
+    if (const std::string reason = cuda_driver_unavailable_reason(); !reason.empty()) {
+      throw error(error_code::unavailable, fmt::format("--device cuda: {}", reason));
+    }
+    return make_cuda_driver();
+  }
+  throw error(error_code::invalid_argument, fmt::format("unknown device \"{}\" (sim or cuda)", device));
+}
+
+}  // namespace tidepool::cli
