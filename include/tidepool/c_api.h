@@ -47,13 +47,15 @@ typedef enum tidepool_status {
   TIDEPOOL_DRIVER_FAILURE = 7,    /**< the driver failed in a way that is not out of memory */
   TIDEPOOL_UNAVAILABLE = 8,       /**< the backend (the CUDA driver) is not present */
   TIDEPOOL_OUT_OF_MEMORY = 9,     /**< nothing left after every reclaim step */
-  TIDEPOOL_INTERNAL_ERROR = 10    /**< anything else; the message says what */
+  TIDEPOOL_INTERNAL_ERROR = 10,   /**< anything else; the message says what */
+  TIDEPOOL_STATUS_MAX_ENUM = 0x7FFFFFFF  /**< not a status: keeps the type int-sized */
 } tidepool_status;
 
 /** How long an allocation is expected to live (tidepool::lifetime). */
 typedef enum tidepool_lifetime {
   TIDEPOOL_SCRATCH = 0,    /**< the default: freed soon, reused often */
-  TIDEPOOL_PERSISTENT = 1  /**< lives long: placed apart, so it never pins freed scratch */
+  TIDEPOOL_PERSISTENT = 1, /**< lives long: placed apart, so it never pins freed scratch */
+  TIDEPOOL_LIFETIME_MAX_ENUM = 0x7FFFFFFF  /**< not a hint: keeps the type int-sized */
 } tidepool_lifetime;
 
 /** For tidepool_deallocate and tidepool_record_stream: find the device that owns the pointer. */

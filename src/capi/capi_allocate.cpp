@@ -15,6 +15,7 @@ lifetime to_lifetime(tidepool_lifetime hint) {
   switch (hint) {
     case TIDEPOOL_SCRATCH: return lifetime::scratch;
     case TIDEPOOL_PERSISTENT: return lifetime::persistent;
+    case TIDEPOOL_LIFETIME_MAX_ENUM: break;
   }
   throw error(error_code::invalid_argument,
               fmt::format("lifetime hint {} is neither TIDEPOOL_SCRATCH (0) nor TIDEPOOL_PERSISTENT (1)",

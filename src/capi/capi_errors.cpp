@@ -67,6 +67,7 @@ const char* tidepool_status_name(tidepool_status status) {
     case TIDEPOOL_UNAVAILABLE: return "TIDEPOOL_UNAVAILABLE";
     case TIDEPOOL_OUT_OF_MEMORY: return "TIDEPOOL_OUT_OF_MEMORY";
     case TIDEPOOL_INTERNAL_ERROR: return "TIDEPOOL_INTERNAL_ERROR";
+    case TIDEPOOL_STATUS_MAX_ENUM: break;
   }
   return "TIDEPOOL_UNKNOWN_STATUS";
 }

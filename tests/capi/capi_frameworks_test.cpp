@@ -1,0 +1,111 @@
+// Tests of the framework entry points, called through function pointers of exactly the types the
+// frameworks use: PyTorch's CUDAPluggableAllocator (alloc and free with a stream) and CuPy's
+// CFunctionAllocator (malloc and free with a param and no stream: the thread's current stream).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "process/process_fixture.hpp"
+#include "tidepool/c_api.h"
+
+namespace tidepool::testing {
+namespace {
+
+struct CUstream_st;
+using cuda_stream = ::CUstream_st*;  // cudaStream_t
+// The types PyTorch's CUDAPluggableAllocator casts the loaded symbols to.
+using torch_alloc_fn = void* (*)(std::size_t size, int device, cuda_stream stream);
+using torch_free_fn = void (*)(void* ptr, std::size_t size, int device, cuda_stream stream);
+// The types CuPy's CFunctionAllocator casts its function addresses to.
+using cupy_malloc_fn = void* (*)(void* param, std::size_t size, int device);
+using cupy_free_fn = void (*)(void* param, void* ptr, int device);
+
+using CApiFrameworks = process_test;
+
+stream_t make_stream(sim_driver& sim, int device) {
+  stream_t stream = nullptr;
+  EXPECT_EQ(sim.stream_create(device, &stream), driver_status::success);
+  return stream;
+}
+
+TEST_F(CApiFrameworks, TorchAllocAndFreeAsPyTorchCallsThem) {
+  auto& sim = use_small_sim(2);
+  const torch_alloc_fn alloc = &tidepool_torch_alloc;
+  const torch_free_fn free = &tidepool_torch_free;
+  const stream_t stream = make_stream(sim, 1);
+  void* ptr = alloc(5 * MiB, 1, stream);
+  ASSERT_NE(ptr, nullptr);
+  EXPECT_TRUE(device_pool(1).owns(ptr));
+  EXPECT_EQ(alloc(0, 1, stream), nullptr);  // empty tensors get no memory
+  free(ptr, 5 * MiB, 1, stream);
+  EXPECT_EQ(device_pool(1).stats().live_allocations, 0u);
+  EXPECT_EQ(existing_pools()[0], nullptr);
+  EXPECT_EQ(alloc(1024, 5, stream), nullptr);  // a failure is NULL, with the reason kept
+  EXPECT_NE(std::string(tidepool_last_error()).find("device 5"), std::string::npos);
+}
+
+TEST_F(CApiFrameworks, CupyMallocAndFreeAsCupyCallsThem) {
+  use_small_sim();
+  const cupy_malloc_fn malloc = &tidepool_cupy_malloc;
+  const cupy_free_fn free = &tidepool_cupy_free;
+  int param = 0;  // CuPy passes its param through; tidepool ignores it
+  void* ptr = malloc(&param, 3 * MiB, 0);
+  ASSERT_NE(ptr, nullptr);
+  EXPECT_EQ(device_pool(0).allocation_size(ptr), 3 * MiB);
+  free(&param, ptr, 0);
+  EXPECT_EQ(device_pool(0).stats().live_allocations, 0u);
+  EXPECT_EQ(malloc(nullptr, 1024, 3), nullptr);
+}
+
+TEST_F(CApiFrameworks, CurrentStreamIsPerThreadAndPerDevice) {
+  auto& sim = use_small_sim(2);
+  const stream_t s0 = make_stream(sim, 0);
+  const stream_t s1 = make_stream(sim, 1);
+  tidepool_stream_t got = reinterpret_cast<tidepool_stream_t>(1);
+  ASSERT_EQ(tidepool_get_current_stream(0, &got), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(got, nullptr);  // the legacy default stream until set
+  ASSERT_EQ(tidepool_set_current_stream(0, s0), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_set_current_stream(1, s1), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_get_current_stream(0, &got), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(got, s0);
+  ASSERT_EQ(tidepool_get_current_stream(1, &got), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(got, s1);
+  std::thread([&] {
+    tidepool_stream_t other = reinterpret_cast<tidepool_stream_t>(1);
+    EXPECT_EQ(tidepool_get_current_stream(0, &other), TIDEPOOL_SUCCESS);
+    EXPECT_EQ(other, nullptr);  // another thread's setting is not ours
+  }).join();
+  EXPECT_EQ(tidepool_set_current_stream(2, s0), TIDEPOOL_INVALID_DEVICE);
+  EXPECT_EQ(tidepool_get_current_stream(0, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+}
+
+TEST_F(CApiFrameworks, CupyAllocatesOnTheCurrentStreamAndFreesOnTheAllocationStream) {
+  auto& sim = use_small_sim();
+  const stream_t busy = make_stream(sim, 0);
+  const stream_t other = make_stream(sim, 0);
+  // CuPy's current stream is `busy` when the array is made, and work queued there uses it.
+  ASSERT_EQ(tidepool_set_current_stream(0, busy), TIDEPOOL_SUCCESS);
+  void* array = tidepool_cupy_malloc(nullptr, 8 * MiB, 0);
+  ASSERT_NE(array, nullptr);
+  sim.launch(0, busy, 1000.0, reinterpret_cast<device_address>(array), 8 * MiB);
+  // The program switches to `other`, then the array is dropped: CuPy passes no stream.
+  ASSERT_EQ(tidepool_set_current_stream(0, other), TIDEPOOL_SUCCESS);
+  tidepool_cupy_free(nullptr, array, 0);
+  // Freed on `busy`, its allocation stream: `other` must not get it while busy's work runs.
+  void* next = tidepool_cupy_malloc(nullptr, 8 * MiB, 0);
+  ASSERT_NE(next, nullptr);
+  EXPECT_NE(next, array);
+  // On `busy` itself it is reusable at once (stream order protects it).
+  ASSERT_EQ(tidepool_set_current_stream(0, busy), TIDEPOOL_SUCCESS);
+  void* again = tidepool_cupy_malloc(nullptr, 8 * MiB, 0);
+  EXPECT_EQ(again, array);
+  tidepool_cupy_free(nullptr, again, 0);
+  tidepool_cupy_free(nullptr, next, 0);
+  sim.run_until_idle();
+  EXPECT_GT(release_cached_memory(), 0u);
+  EXPECT_EQ(sim.unsafe_unmap_count(), 0u);
+  ASSERT_EQ(tidepool_set_current_stream(0, nullptr), TIDEPOOL_SUCCESS);
+}
+
+}  // namespace
+}  // namespace tidepool::testing

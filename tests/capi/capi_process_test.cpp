@@ -1,0 +1,188 @@
+// Tests of the C API's process-wide entry points: device count and contexts, stats (honouring the
+// caller's struct size), release, release_cached_memory, available bytes, C reclaim hooks, and
+// several devices (MultiDevice).
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <thread>
+#include <vector>
+
+#include "process/process_fixture.hpp"
+#include "tidepool/c_api.h"
+
+namespace tidepool::testing {
+namespace {
+
+using CApiProcess = process_test;
+
+TEST_F(CApiProcess, DevicesAndContextsWithoutOpeningAny) {
+  auto& sim = use_small_sim(3);
+  int count = 0;
+  ASSERT_EQ(tidepool_device_count(&count), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(count, 3);
+  int has = -1;
+  ASSERT_EQ(tidepool_has_context(1, &has), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(has, 0);
+  EXPECT_FALSE(sim.has_context(1));
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(1024, 1, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_has_context(1, &has), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(has, 1);
+  EXPECT_EQ(tidepool_has_context(3, &has), TIDEPOOL_INVALID_DEVICE);
+  EXPECT_EQ(tidepool_has_context(0, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_device_count(nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_deallocate(ptr, 1, nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, StatsMirrorThePoolsFigures) {
+  use_small_sim(2);
+  tidepool_stats_t stats{};
+  stats.struct_size = sizeof stats;
+  ASSERT_EQ(tidepool_stats(1, &stats), TIDEPOOL_SUCCESS);  // no pool yet: zeros, none made
+  EXPECT_EQ(stats.mapped_bytes, 0u);
+  EXPECT_EQ(existing_pools().size(), 0u);
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(6 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_stats(1, &stats), TIDEPOOL_SUCCESS);
+  const pool_stats expected = device_pool(1).stats();
+  EXPECT_EQ(stats.struct_size, sizeof stats);
+  EXPECT_EQ(stats.requested_bytes, 6 * MiB);
+  EXPECT_EQ(stats.in_use_bytes, expected.in_use_bytes);
+  EXPECT_EQ(stats.mapped_bytes, expected.mapped_bytes);
+  EXPECT_EQ(stats.cached_bytes, expected.cached_bytes);
+  EXPECT_EQ(stats.live_allocations, 1u);
+  EXPECT_EQ(stats.allocations, 1u);
+  EXPECT_EQ(stats.driver_calls, expected.driver.memory_calls());
+  EXPECT_GT(stats.driver_calls, 0u);
+  EXPECT_EQ(tidepool_stats(2, &stats), TIDEPOOL_INVALID_DEVICE);
+  EXPECT_EQ(tidepool_stats(1, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_deallocate(ptr, 1, nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, StatsFillNoMoreThanTheCallersStruct) {
+  use_small_sim();
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(6 * MiB, 0, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  // An older caller whose struct ends after requested_bytes.
+  tidepool_stats_t stats{};
+  stats.struct_size = offsetof(tidepool_stats_t, cached_bytes);
+  stats.cached_bytes = 777;
+  stats.driver_calls = 777;
+  ASSERT_EQ(tidepool_stats(0, &stats), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(stats.requested_bytes, 6 * MiB);
+  EXPECT_EQ(stats.cached_bytes, 777u);
+  EXPECT_EQ(stats.driver_calls, 777u);
+  EXPECT_EQ(stats.struct_size, offsetof(tidepool_stats_t, cached_bytes));
+  stats.struct_size = 0;
+  EXPECT_EQ(tidepool_stats(0, &stats), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_deallocate(ptr, 0, nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, ReleaseAndReleaseCachedMemoryReportExactBytes) {
+  auto& sim = use_small_sim(2);
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(64 * MiB, 0, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_deallocate(ptr, 0, nullptr), TIDEPOOL_SUCCESS);
+  std::size_t held = sim.physical_bytes(0);
+  std::size_t bytes = 0;
+  ASSERT_EQ(tidepool_release(0, &bytes), TIDEPOOL_SUCCESS);
+  EXPECT_GE(bytes, 64 * MiB);
+  EXPECT_EQ(held - sim.physical_bytes(0), bytes);
+  ASSERT_EQ(tidepool_release(1, &bytes), TIDEPOOL_SUCCESS);  // no pool there: nothing, none made
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(existing_pools()[1], nullptr);
+  EXPECT_EQ(tidepool_release(2, &bytes), TIDEPOOL_INVALID_DEVICE);
+
+  sim.park_in_async_pool(0, 6 * MiB);
+  sim.park_in_async_pool(1, 6 * MiB);  // no context on device 1: left alone
+  held = sim.physical_bytes(0);
+  ASSERT_EQ(tidepool_release_cached_memory(&bytes), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(bytes, 6 * MiB);
+  EXPECT_EQ(held - sim.physical_bytes(0), bytes);
+  EXPECT_EQ(sim.async_pool_bytes(1), 6 * MiB);
+  EXPECT_FALSE(sim.has_context(1));
+  EXPECT_EQ(tidepool_release_cached_memory(nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, AvailableBytes) {
+  auto& sim = use_small_sim(2);
+  sim.set_other_processes_bytes(1, 256 * MiB);
+  std::size_t bytes = 0;
+  ASSERT_EQ(tidepool_available_bytes(1, &bytes), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(bytes, GiB - 256 * MiB);
+  EXPECT_FALSE(sim.has_context(1));
+  EXPECT_EQ(tidepool_available_bytes(2, &bytes), TIDEPOOL_INVALID_DEVICE);
+  EXPECT_EQ(tidepool_available_bytes(0, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+}
+
+// A C hook standing for a framework's cache: a second pool on the same GPU, emptied on demand.
+std::size_t release_framework_cache(int device, std::size_t bytes_needed, void* user_data) {
+  auto* framework = static_cast<pool*>(user_data);
+  if (device != framework->device() || bytes_needed == 0) return 0;
+  return framework->release();
+}
+
+TEST_F(CApiProcess, ReclaimHookEmptiesAnotherCacheSoTheAllocationSucceeds) {
+  auto& sim = use_small_sim();
+  pool framework(sim_, 0);  // e.g. a framework's own cache of 600 MiB, all free
+  framework.deallocate(framework.allocate(600 * MiB));
+  ASSERT_GE(framework.stats().cached_bytes, 600 * MiB);
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(700 * MiB, 0, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_OUT_OF_MEMORY);
+
+  int id = -1;
+  ASSERT_EQ(tidepool_add_reclaim_hook(&release_framework_cache, &framework, &id), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_allocate(700 * MiB, 0, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(framework.stats().mapped_bytes, 0u);
+  EXPECT_EQ(device_pool(0).stats().out_of_memory_recoveries, 1u);
+  EXPECT_EQ(tidepool_deallocate(ptr, 0, nullptr), TIDEPOOL_SUCCESS);
+
+  EXPECT_EQ(tidepool_remove_reclaim_hook(id), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(tidepool_remove_reclaim_hook(id), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_add_reclaim_hook(nullptr, nullptr, &id), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_add_reclaim_hook(&release_framework_cache, nullptr, nullptr),
+            TIDEPOOL_INVALID_ARGUMENT);
+  (void)sim;
+}
+
+TEST_F(CApiProcess, MultiDeviceFreeFromAThreadOnAnotherDevice) {
+  use_small_sim(2);
+  void* on1 = nullptr;
+  ASSERT_EQ(tidepool_allocate(16 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &on1), TIDEPOOL_SUCCESS);
+  void* also_on1 = nullptr;
+  ASSERT_EQ(tidepool_allocate(16 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &also_on1), TIDEPOOL_SUCCESS);
+  std::thread([&] {
+    // This thread's work is on device 0: its current stream and allocations are there.
+    ASSERT_EQ(tidepool_set_current_stream(0, nullptr), TIDEPOOL_SUCCESS);
+    void* own = tidepool_cupy_malloc(nullptr, MiB, 0);
+    ASSERT_NE(own, nullptr);
+    EXPECT_EQ(tidepool_deallocate(on1, 1, nullptr), TIDEPOOL_SUCCESS);
+    EXPECT_EQ(tidepool_deallocate(also_on1, TIDEPOOL_ANY_DEVICE, nullptr), TIDEPOOL_SUCCESS);
+    tidepool_cupy_free(nullptr, own, 0);
+  }).join();
+  EXPECT_EQ(device_pool(1).stats().live_allocations, 0u);
+  EXPECT_EQ(device_pool(0).stats().live_allocations, 0u);
+  EXPECT_EQ(device_pool(1).stats().deallocations, 2u);
+}
+
+TEST_F(CApiProcess, MultiDeviceReleaseOnlyWhereAContextIs) {
+  sim_config config;
+  config.device_count = 3;
+  config.capacity = GiB;
+  auto& sim = use_sim(config);
+  for (int d = 0; d < 3; ++d) sim.park_in_async_pool(d, 2 * MiB);
+  void* on2 = nullptr;
+  ASSERT_EQ(tidepool_allocate(MiB, 2, nullptr, TIDEPOOL_SCRATCH, &on2), TIDEPOOL_SUCCESS);
+  std::size_t bytes = 0;
+  ASSERT_EQ(tidepool_release_cached_memory(&bytes), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(sim.async_pool_bytes(2), 0u);
+  EXPECT_EQ(sim.async_pool_bytes(0), 2 * MiB);
+  EXPECT_EQ(sim.async_pool_bytes(1), 2 * MiB);
+  EXPECT_FALSE(sim.has_context(0));
+  EXPECT_FALSE(sim.has_context(1));
+  EXPECT_GE(bytes, 2 * MiB);
+  EXPECT_EQ(tidepool_deallocate(on2, 2, nullptr), TIDEPOOL_SUCCESS);
+}
+
+}  // namespace
+}  // namespace tidepool::testing
