@@ -1,0 +1,364 @@
+// An arena's slow paths: handing a stream's free blocks to every stream, opening and closing the
+// window that growth maps into, cutting whole free handles out of free blocks (release and
+// stealing), fallback segments, and the slow queries.
+#include "core/arena.hpp"
+
+#include <algorithm>
+
+#include "core/units.hpp"
+
+namespace tidepool::detail {
+
+arena::arena(arena_settings settings, page_table& pages, driver_calls& calls, block_slab& slab)
+    : settings_(settings), pages_(pages), calls_(calls), slab_(slab) {
+  ensure_slots(1);
+}
+
+arena::~arena() = default;
+
+void arena::ensure_slots(std::uint32_t count) {
+  while (slots_.size() < count) slots_.push_back(std::make_unique<free_index>());
+}
+
+void arena::absorb_prev(block* b) noexcept {
+  block* p = b->prev;
+  b->address = p->address;
+  b->size += p->size;
+  b->free_sequence = std::max(b->free_sequence, p->free_sequence);
+  b->freed_tick = std::max(b->freed_tick, p->freed_tick);
+  b->prev = p->prev;
+  if (b->prev != nullptr) {
+    b->prev->next = b;
+  } else {
+    b->range->first = b;
+  }
+  slab_.recycle(p);
+}
+
+void arena::absorb_next(block* b) noexcept {
+  block* n = b->next;
+  b->size += n->size;
+  b->free_sequence = std::max(b->free_sequence, n->free_sequence);
+  b->freed_tick = std::max(b->freed_tick, n->freed_tick);
+  b->next = n->next;
+  if (b->next != nullptr) b->next->prev = b;
+  slab_.recycle(n);
+}
+
+block* arena::cut(block* b, std::size_t offset) {
+  block* high = slab_.make();
+  high->address = b->address + offset;
+  high->size = b->size - offset;
+  high->state = b->state;
+  high->owner = b->owner;
+  high->free_sequence = b->free_sequence;
+  high->freed_tick = b->freed_tick;
+  high->range = b->range;
+  high->owner_arena = this;
+  link_after(b, high);
+  b->size = offset;
+  return high;
+}
+
+void arena::coalesce_unmapped(block* b) {
+  b->state = block_state::free_unmapped;
+  b->owner = 0;
+  if (b->prev != nullptr && b->prev->state == block_state::free_unmapped) {
+    rooms_.erase(b->prev);
+    absorb_prev(b);
+  }
+  if (b->next != nullptr && b->next->state == block_state::free_unmapped) {
+    rooms_.erase(b->next);
+    absorb_next(b);
+  }
+  rooms_.insert(b);
+}
+
+void arena::make_global(std::uint32_t slot, std::uint64_t watermark) {
+  free_index& own = *slots_[slot];
+  if (own.empty()) return;
+  std::vector<block*> moved;
+  for (unsigned bin = own.next_nonempty(0); bin < free_index::bins; bin = own.next_nonempty(bin + 1)) {
+    for (block* b = own.head(bin); b != nullptr; b = b->link_next) {
+      if (b->free_sequence <= watermark) moved.push_back(b);
+    }
+  }
+  for (block* b : moved) {
+    own.remove(b);
+    b->state = block_state::moving;
+    b->owner = 0;
+  }
+  // Merge runs of moved blocks and free blocks of slot 0; absorbed nodes turn dead and are skipped.
+  free_index& any = *slots_[0];
+  for (block* b : moved) {
+    if (b->state != block_state::moving) continue;
+    b->state = block_state::free_mapped;
+    for (block* p = b->prev; p != nullptr && (p->state == block_state::moving ||
+                                              (p->state == block_state::free_mapped && p->owner == 0));
+         p = b->prev) {
+      if (p->state == block_state::free_mapped) any.remove(p);
+      absorb_prev(b);
+    }
+    for (block* n = b->next; n != nullptr && (n->state == block_state::moving ||
+                                              (n->state == block_state::free_mapped && n->owner == 0));
+         n = b->next) {
+      if (n->state == block_state::free_mapped) any.remove(n);
+      absorb_next(b);
+    }
+    any.insert(b);
+  }
+}
+
+block* arena::make_range_block(address_range& range, device_address address, std::size_t size, block_state state) {
+  block* b = slab_.make();
+  b->address = address;
+  b->size = size;
+  b->state = state;
+  b->range = &range;
+  b->owner_arena = this;
+  return b;
+}
+
+driver_status arena::reserve_range(std::size_t at_least, block*& space) {
+  const std::size_t g = pages_.granularity();
+  const std::size_t size = std::max(round_up(settings_.range_bytes, g), round_up(at_least, g));
+  device_address base = 0;
+  const driver_status status = calls_.address_reserve(size, g, &base);
+  if (status != driver_status::success) return status;
+  auto range = std::make_unique<address_range>();
+  range->base = base;
+  range->size = size;
+  range->owner = this;
+  range->page_handle.assign(size / g, page_table::no_handle);
+  space = make_range_block(*range, base, size, block_state::busy);
+  range->first = space;
+  reserved_bytes_ += size;
+  ranges_.push_back(std::move(range));
+  return driver_status::success;
+}
+
+driver_status arena::open_window(std::size_t bytes, window& w) {
+  const std::size_t g = pages_.granularity();
+  block probe;
+  probe.size = round_up(bytes, g);
+  probe.address = 0;
+  block* room = nullptr;
+  auto it = rooms_.lower_bound(&probe);
+  if (it == rooms_.end()) {
+    const driver_status status = reserve_range(bytes, room);
+    if (status != driver_status::success) return status;
+  } else {
+    room = *it;
+    rooms_.erase(it);
+    room->state = block_state::busy;
+  }
+  block* below = room->prev;
+  if (below != nullptr && below->state == block_state::free_mapped && below->owner == 0) {
+    slots_[0]->remove(below);
+    below->state = block_state::busy;
+  } else {
+    below = nullptr;
+  }
+  const std::size_t have = below != nullptr ? below->size : 0;
+  w.below = below;
+  w.room = room;
+  w.map_bytes = bytes > have ? round_up(bytes - have, g) : 0;
+  w.cursor = room->address;
+  return driver_status::success;
+}
+
+void arena::close_window(window& w, std::uint64_t tick) {
+  block* room = w.room;
+  const std::size_t mapped = w.cursor - room->address;
+  if (mapped == 0) {
+    coalesce_unmapped(room);
+    if (w.below != nullptr) {
+      w.below->state = block_state::free_mapped;
+      slots_[0]->insert(w.below);
+    }
+    w = window{};
+    return;
+  }
+  if (mapped < room->size) {
+    block* rest = cut(room, mapped);
+    coalesce_unmapped(rest);
+  }
+  room->state = block_state::free_mapped;
+  room->owner = 0;
+  room->free_sequence = 0;
+  room->freed_tick = tick;
+  if (w.below != nullptr) absorb_prev(room);
+  if (block* n = room->next; n != nullptr && n->state == block_state::free_mapped && n->owner == 0) {
+    slots_[0]->remove(n);
+    absorb_next(room);
+  }
+  slots_[0]->insert(room);
+  w = window{};
+}
+
+driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
+                                        std::vector<std::uint32_t>& out) {
+  const std::size_t g = pages_.granularity();
+  free_index& any = *slots_[0];
+  // A whole handle inside `b` that fits `room`, at or above `from`; returns its id or no_handle.
+  auto next_whole_handle = [&](const block* b, device_address from) -> std::uint32_t {
+    for (device_address p = round_up(from, g); p + g <= b->end();) {
+      const std::uint32_t id = pages_.handle_at(*b->range, p);
+      if (id == page_table::no_handle) {
+        p += g;
+        continue;
+      }
+      const page_table::handle_record& h = pages_.record(id);
+      if (h.at >= b->address && h.at + h.size <= b->end() && h.size <= room) return id;
+      p = std::max(p + g, h.at + h.size);
+    }
+    return page_table::no_handle;
+  };
+  std::vector<block*> candidates;
+  for (unsigned bin = any.highest_nonempty(); bin < free_index::bins && want > 0; bin = any.previous_nonempty(bin)) {
+    candidates.clear();
+    for (block* b = any.head(bin); b != nullptr; b = b->link_next) {
+      if (b->size >= g && b->freed_tick <= freed_by) candidates.push_back(b);
+    }
+    for (block* cur : candidates) {
+      if (want == 0) break;
+      std::uint32_t id = next_whole_handle(cur, cur->address);
+      if (id == page_table::no_handle) continue;
+      any.remove(cur);
+      while (cur != nullptr && id != page_table::no_handle && want > 0) {
+        const page_table::handle_record h = pages_.record(id);
+        const driver_status status = pages_.unmap(id);
+        if (status != driver_status::success) {
+          any.insert(cur);
+          return status;
+        }
+        block* mid = cur;
+        if (h.at > cur->address) {
+          mid = cut(cur, h.at - cur->address);
+          any.insert(cur);  // the mapped piece below the handle
+        }
+        block* above = h.at + h.size < mid->end() ? cut(mid, h.at + h.size - mid->address) : nullptr;
+        coalesce_unmapped(mid);
+        out.push_back(id);
+        want -= std::min(want, h.size);
+        room -= h.size;
+        cur = above;
+        id = cur != nullptr ? next_whole_handle(cur, cur->address) : page_table::no_handle;
+      }
+      if (cur != nullptr) any.insert(cur);
+    }
+  }
+  return driver_status::success;
+}
+
+driver_status arena::grow_segment(std::size_t bytes, std::uint64_t tick) {
+  const std::size_t size = round_up(bytes, pages_.granularity());
+  device_address base = 0;
+  const driver_status status = calls_.mem_alloc(size, &base);
+  if (status != driver_status::success) return status;
+  auto range = std::make_unique<address_range>();
+  range->base = base;
+  range->size = size;
+  range->owner = this;
+  range->segment = true;
+  block* b = make_range_block(*range, base, size, block_state::free_mapped);
+  b->freed_tick = tick;
+  range->first = b;
+  pages_.add_held(size);
+  reserved_bytes_ += size;
+  ranges_.push_back(std::move(range));
+  slots_[0]->insert(b);
+  return driver_status::success;
+}
+
+std::size_t arena::release_free_segments(std::uint64_t freed_by, std::size_t want) {
+  std::size_t released = 0;
+  for (auto it = ranges_.begin(); it != ranges_.end() && released < want;) {
+    address_range& r = **it;
+    block* b = r.first;
+    if (b->next == nullptr && b->state == block_state::free_mapped && b->owner == 0 && b->freed_tick <= freed_by &&
+        calls_.mem_free(r.base, r.size) == driver_status::success) {
+      slots_[0]->remove(b);
+      slab_.recycle(b);
+      pages_.remove_held(r.size);
+      reserved_bytes_ -= r.size;
+      released += r.size;
+      it = ranges_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return released;
+}
+
+std::size_t arena::largest_free_block() const noexcept {
+  std::size_t largest = 0;
+  for (const auto& index : slots_) {
+    const unsigned bin = index->highest_nonempty();
+    if (bin >= free_index::bins) continue;
+    for (block* b = index->head(bin); b != nullptr; b = b->link_next) largest = std::max(largest, b->size);
+  }
+  return largest;
+}
+
+std::size_t arena::whole_free_handle_bytes() const noexcept {
+  std::size_t bytes = 0;
+  const std::size_t g = pages_.granularity();
+  for_each_block([&](const block& b) {
+    if (b.state != block_state::free_mapped) return;
+    if (b.range->segment) {
+      if (b.prev == nullptr && b.next == nullptr) bytes += b.size;
+      return;
+    }
+    for (device_address p = round_up(b.address, g); p + g <= b.end();) {
+      const std::uint32_t id = pages_.handle_at(*b.range, p);
+      if (id == page_table::no_handle) {
+        p += g;
+        continue;
+      }
+      const page_table::handle_record& h = pages_.record(id);
+      if (h.at >= b.address && h.at + h.size <= b.end()) bytes += h.size;
+      p = std::max(p + g, h.at + h.size);
+    }
+  });
+  return bytes;
+}
+
+block* arena::find_containing(device_address address) const noexcept {
+  for (const auto& r : ranges_) {
+    if (!r->contains(address)) continue;
+    for (block* b = r->first; b != nullptr; b = b->next) {
+      if (address >= b->address && address < b->end()) return b;
+    }
+  }
+  return nullptr;
+}
+
+void arena::tear_down() {
+  const std::size_t g = pages_.granularity();
+  for (auto& r : ranges_) {
+    if (r->segment) {
+      (void)calls_.mem_free(r->base, r->size);
+      pages_.remove_held(r->size);
+      continue;
+    }
+    for (std::size_t page = 0; page < r->page_handle.size();) {
+      const std::uint32_t id = r->page_handle[page];
+      if (id == page_table::no_handle) {
+        ++page;
+        continue;
+      }
+      const std::size_t granules = pages_.record(id).size / g;
+      (void)pages_.unmap(id);
+      (void)pages_.release(id);
+      page += granules;
+    }
+    (void)calls_.address_free(r->base, r->size);
+  }
+  ranges_.clear();
+  rooms_.clear();
+  for (auto& index : slots_) index = std::make_unique<free_index>();
+  reserved_bytes_ = 0;
+}
+
+}  // namespace tidepool::detail

@@ -1,0 +1,193 @@
+// An arena: the blocks of one region kind (small or large requests, scratch or persistent) in
+// reserved address ranges of its own, and the free indices that reuse them.
+//
+// Keeping kinds apart is what stops retention: a small or persistent block is never carved from a
+// freed scratch region, so it never pins one (DESIGN 1.1). Within an arena:
+//  - free blocks with every page mapped sit in a free index per stream slot (slot 0: any stream);
+//    take() and give_back() are the fast path: split, coalesce, no driver call;
+//  - free address space with no page mapped sits in a by-size set, the room growth maps into;
+//  - growth (virtual memory): open_window() picks that room (joined to a free mapped block just
+//    below it, so fewer pages are mapped), the pool maps stolen or new handles there, and
+//    close_window() turns the mapped part into a free block;
+//  - unmap_free_handles() cuts whole free handles out of free blocks of slot 0 (free and safe for
+//    every stream), for release or for stealing;
+//  - without the virtual memory API, each range is one mem_alloc segment, given back when wholly free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "core/block.hpp"
+#include "core/free_index.hpp"
+#include "core/page_table.hpp"
+
+namespace tidepool::detail {
+
+/// The four regions of a pool.
+enum class arena_kind : std::uint8_t { small_scratch, small_persistent, large_scratch, large_persistent };
+
+struct arena_settings {
+  arena_kind kind = arena_kind::large_scratch;
+  bool virtual_memory = true;
+  bool small = false;               ///< holds requests below the small-size threshold
+  std::size_t range_bytes = 0;      ///< size of each address reservation
+};
+
+class arena {
+ public:
+  arena(arena_settings settings, page_table& pages, driver_calls& calls, block_slab& slab);
+  arena(const arena&) = delete;
+  arena& operator=(const arena&) = delete;
+  ~arena();
+
+  // --- fast path ---
+  /// A free mapped block of at least `bytes` reusable on stream `slot`, split to `bytes` and
+  /// marked live; nullptr if none.
+  [[nodiscard]] block* take(std::size_t bytes, std::uint32_t slot) {
+    block* own = slots_[slot]->find(bytes);
+    block* any = slot != 0 ? slots_[0]->find(bytes) : nullptr;
+    block* b = (own != nullptr && (any == nullptr || own->size <= any->size)) ? own : any;
+    if (b == nullptr) return nullptr;
+    slots_[b->owner]->remove(b);
+    if (b->size > bytes) split_free(b, bytes);
+    b->state = block_state::live;
+    b->owner = slot;
+    return b;
+  }
+  /// Makes live block `b` free on stream `slot` (coalescing with free neighbours it may join).
+  void give_back(block* b, std::uint32_t slot, std::uint64_t sequence, std::uint64_t tick) {
+    b->state = block_state::free_mapped;
+    b->owner = slot;
+    b->free_sequence = sequence;
+    b->freed_tick = tick;
+    b->has_extra_streams = false;
+    coalesce_free(b);
+    slots_[b->owner]->insert(b);
+  }
+
+  /// Makes room for stream slots up to `count` - 1.
+  void ensure_slots(std::uint32_t count);
+  /// Whether stream `slot` owns free blocks here.
+  [[nodiscard]] bool has_free(std::uint32_t slot) const noexcept { return !slots_[slot]->empty(); }
+  /// Blocks freed on `slot` at or before `watermark` become reusable on any stream.
+  void make_global(std::uint32_t slot, std::uint64_t watermark);
+
+  // --- growth with the virtual memory API ---
+  /// Free address space that a request of `bytes` is mapped into.
+  struct window {
+    block* below = nullptr;  ///< a free mapped block just below `room`, joined to it (or nullptr)
+    block* room = nullptr;   ///< free unmapped space (busy while the window is open)
+    std::size_t map_bytes = 0;       ///< bytes that must be mapped from room->address
+    device_address cursor = 0;       ///< where the next handle goes
+  };
+  /// Opens a window for `bytes`, reserving a new range when no free space fits.
+  driver_status open_window(std::size_t bytes, window& w);
+  /// Turns [room start, cursor) into a free mapped block of any stream (freed at `tick`) and
+  /// returns the rest of the room.
+  void close_window(window& w, std::uint64_t tick);
+  /// Unmaps whole handles that lie in free blocks of any stream freed at or before `freed_by`
+  /// (largest blocks first), while `want` > 0, each no larger than `room`; appends their ids to
+  /// `out` and subtracts their sizes from `want` and `room`.
+  driver_status unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
+                                   std::vector<std::uint32_t>& out);
+
+  // --- without the virtual memory API ---
+  /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
+  driver_status grow_segment(std::size_t bytes, std::uint64_t tick);
+  /// Frees segments that are wholly free for any stream and were freed at or before `freed_by`;
+  /// returns the bytes handed back.
+  std::size_t release_free_segments(std::uint64_t freed_by, std::size_t want);
+
+  // --- queries (slow) ---
+  [[nodiscard]] std::size_t reserved_bytes() const noexcept { return reserved_bytes_; }
+  /// The largest free mapped block of any slot.
+  [[nodiscard]] std::size_t largest_free_block() const noexcept;
+  /// Bytes of whole handles inside free mapped blocks of any slot (what stealing and release can
+  /// reach once pending frees complete).
+  [[nodiscard]] std::size_t whole_free_handle_bytes() const noexcept;
+  /// The block containing `address`, or nullptr (for naming a bad pointer).
+  [[nodiscard]] block* find_containing(device_address address) const noexcept;
+  /// Calls f(block&) for every block in address order.
+  template <class F>
+  void for_each_block(F&& f) const {
+    for (const auto& r : ranges_) {
+      for (block* b = r->first; b != nullptr; b = b->next) f(*b);
+    }
+  }
+  /// Unmaps and releases everything and frees the address ranges (the pool is going away; the
+  /// caller has waited for the streams).
+  void tear_down();
+
+  [[nodiscard]] const arena_settings& settings() const noexcept { return settings_; }
+
+ private:
+  // Splits free block `b` (in no index) at `bytes`: the rest becomes a new free block in the index
+  // of b's owner.
+  void split_free(block* b, std::size_t bytes) {
+    block* rest = slab_.make();
+    rest->address = b->address + bytes;
+    rest->size = b->size - bytes;
+    rest->state = block_state::free_mapped;
+    rest->owner = b->owner;
+    rest->free_sequence = b->free_sequence;
+    rest->freed_tick = b->freed_tick;
+    rest->range = b->range;
+    rest->owner_arena = this;
+    link_after(b, rest);
+    b->size = bytes;
+    slots_[rest->owner]->insert(rest);
+  }
+  static void link_after(block* b, block* added) noexcept {
+    added->prev = b;
+    added->next = b->next;
+    if (b->next != nullptr) b->next->prev = added;
+    b->next = added;
+  }
+  // Can free block `b` (owner `slot`) absorb free neighbour `n`? Same stream, or `n` reusable by
+  // any stream (the union is then reusable on `slot` only, which is safe).
+  static bool joins(const block* n, std::uint32_t slot) noexcept {
+    return n != nullptr && n->state == block_state::free_mapped && (n->owner == slot || n->owner == 0);
+  }
+  // Merges free mapped `b` (in no index) with the neighbours it joins.
+  void coalesce_free(block* b) noexcept {
+    block* p = b->prev;
+    if (joins(p, b->owner)) {
+      slots_[p->owner]->remove(p);
+      absorb_prev(b);
+    }
+    block* n = b->next;
+    if (joins(n, b->owner)) {
+      slots_[n->owner]->remove(n);
+      absorb_next(b);
+    }
+  }
+  // Splits `b` at `offset`: b keeps the low part, the returned block (same state, owner, times)
+  // the high part.
+  block* cut(block* b, std::size_t offset);
+  void absorb_prev(block* b) noexcept;
+  void absorb_next(block* b) noexcept;
+  // Puts free unmapped `b` (in no index) into the room set, merged with free unmapped neighbours.
+  void coalesce_unmapped(block* b);
+  block* make_range_block(address_range& range, device_address address, std::size_t size, block_state state);
+  driver_status reserve_range(std::size_t at_least, block*& space);
+
+  struct by_size_then_address {
+    bool operator()(const block* a, const block* b) const noexcept {
+      return a->size != b->size ? a->size < b->size : a->address < b->address;
+    }
+  };
+
+  arena_settings settings_;
+  page_table& pages_;
+  driver_calls& calls_;
+  block_slab& slab_;
+  std::vector<std::unique_ptr<free_index>> slots_;
+  std::set<block*, by_size_then_address> rooms_;
+  std::vector<std::unique_ptr<address_range>> ranges_;
+  std::size_t reserved_bytes_ = 0;
+};
+
+}  // namespace tidepool::detail

@@ -1,0 +1,137 @@
+// The free index: free mapped blocks of one arena and one stream slot, by size.
+//
+// Size classes in the manner of TLSF: sizes are counted in 512-byte units; units below 16 get a
+// class each, above that every power of two is split into 16 classes (so a class spans at most
+// 1/16 of its size). Each class is an intrusive list, and a two-level bitmap says which classes
+// are non-empty, so finding a fit is a scan of a few entries of one list and then two
+// count-trailing-zeros: O(1), not a tree walk (a std::set costs a node allocation per free).
+//
+// find() is best fit within the request's own class (bounded scan) and first fit from the next
+// non-empty class, whose every block fits: at most 1/16 larger than the best, and the rest of the
+// block stays free, so the difference is not lost. Lists are LIFO: the block freed last is reused
+// first, which keeps the same-size pair on one warm block.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/block.hpp"
+#include "core/units.hpp"
+
+namespace tidepool::detail {
+
+class free_index {
+ public:
+  static constexpr unsigned sub_bits = 4;
+  static constexpr unsigned subs = 1u << sub_bits;
+  static constexpr std::size_t bins = 16 + 44 * subs;  // sizes up to 2^52 bytes
+  static constexpr std::size_t words = (bins + 63) / 64;
+
+  /// The class of a size in bytes (a multiple of 512).
+  [[nodiscard]] static unsigned bin_of(std::size_t bytes) noexcept {
+    const std::size_t units = bytes >> block_alignment_shift;
+    if (units < 16) return static_cast<unsigned>(units);
+    const unsigned top = static_cast<unsigned>(std::bit_width(units)) - 1;  // >= 4
+    const unsigned sub = static_cast<unsigned>(units >> (top - sub_bits)) & (subs - 1);
+    return 16 + (top - 4) * subs + sub;
+  }
+
+  /// Adds a free block (pushed at the front of its class).
+  void insert(block* b) noexcept {
+    const unsigned bin = bin_of(b->size);
+    b->bin = static_cast<std::uint16_t>(bin);
+    b->link_prev = nullptr;
+    b->link_next = heads_[bin];
+    if (heads_[bin] != nullptr) heads_[bin]->link_prev = b;
+    heads_[bin] = b;
+    words_[bin >> 6] |= std::uint64_t{1} << (bin & 63);
+    summary_ |= std::uint64_t{1} << (bin >> 6);
+    ++count_;
+    bytes_ += b->size;
+  }
+
+  /// Takes a block out of the index.
+  void remove(block* b) noexcept {
+    const unsigned bin = b->bin;
+    if (b->link_prev != nullptr) {
+      b->link_prev->link_next = b->link_next;
+    } else {
+      heads_[bin] = b->link_next;
+      if (heads_[bin] == nullptr) {
+        words_[bin >> 6] &= ~(std::uint64_t{1} << (bin & 63));
+        if (words_[bin >> 6] == 0) summary_ &= ~(std::uint64_t{1} << (bin >> 6));
+      }
+    }
+    if (b->link_next != nullptr) b->link_next->link_prev = b->link_prev;
+    --count_;
+    bytes_ -= b->size;
+  }
+
+  /// A block of at least `bytes` (a multiple of 512), nearly the smallest such; nullptr if none.
+  [[nodiscard]] block* find(std::size_t bytes) const noexcept {
+    if (count_ == 0) return nullptr;
+    const unsigned bin = bin_of(bytes);
+    block* best = nullptr;
+    unsigned scanned = 0;
+    for (block* b = heads_[bin]; b != nullptr && scanned < max_scan; b = b->link_next, ++scanned) {
+      if (b->size == bytes) return b;
+      if (b->size > bytes && (best == nullptr || b->size < best->size)) best = b;
+    }
+    if (best != nullptr) return best;
+    const unsigned above = next_nonempty(bin + 1);
+    return above < bins ? heads_[above] : nullptr;
+  }
+
+  /// The first non-empty class at or above `bin`, or `bins` if none.
+  [[nodiscard]] unsigned next_nonempty(unsigned bin) const noexcept {
+    if (bin >= bins) return bins;
+    unsigned word = bin >> 6;
+    std::uint64_t bits = words_[word] & (~std::uint64_t{0} << (bin & 63));
+    if (bits == 0) {
+      const unsigned next_word = word + 1;
+      if (next_word >= words) return bins;
+      const std::uint64_t rest = summary_ & (~std::uint64_t{0} << next_word);
+      if (rest == 0) return bins;
+      word = static_cast<unsigned>(std::countr_zero(rest));
+      bits = words_[word];
+    }
+    return (word << 6) + static_cast<unsigned>(std::countr_zero(bits));
+  }
+
+  /// The head of a class (for walks over the index, largest classes first).
+  [[nodiscard]] block* head(unsigned bin) const noexcept { return heads_[bin]; }
+  /// The highest non-empty class, or `bins` if the index is empty.
+  [[nodiscard]] unsigned highest_nonempty() const noexcept {
+    if (summary_ == 0) return bins;
+    const unsigned word = 63 - static_cast<unsigned>(std::countl_zero(summary_));
+    return (word << 6) + 63 - static_cast<unsigned>(std::countl_zero(words_[word]));
+  }
+  /// The highest non-empty class below `bin`, or `bins` if none.
+  [[nodiscard]] unsigned previous_nonempty(unsigned bin) const noexcept {
+    while (bin > 0) {
+      --bin;
+      const unsigned word = bin >> 6;
+      const std::uint64_t bits = words_[word] & (~std::uint64_t{0} >> (63 - (bin & 63)));
+      if (bits != 0) return (word << 6) + 63 - static_cast<unsigned>(std::countl_zero(bits));
+      bin = word << 6;
+    }
+    return bins;
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }
+  [[nodiscard]] std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  static constexpr unsigned max_scan = 16;
+
+  std::array<block*, bins> heads_{};
+  std::array<std::uint64_t, words> words_{};
+  std::uint64_t summary_ = 0;
+  std::size_t count_ = 0;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace tidepool::detail

@@ -1,0 +1,145 @@
+// Growth: serving a request the cache of free mapped blocks cannot.
+//
+// In order: (1) hand to every stream the frees whose events have completed and look again;
+// (2) map memory under a window of free address space: first whole free handles stolen from
+// anywhere in the pool (unmapped where they lie, mapped here: held memory does not grow), then new
+// handles, sized by page_table::handle_size_for; (3) the out-of-memory path. Stealing is what keeps
+// peak held close to peak live: free memory scattered in pieces of 2 MiB still serves a 1 GiB
+// request, because the request needs contiguous addresses only, not contiguous memory.
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "core/pool_impl.hpp"
+
+namespace tidepool::detail {
+
+namespace {
+[[noreturn]] void throw_driver_failure(const char* what, int device, driver_status status) {
+  throw error(error_code::driver_failure,
+              fmt::format("tidepool: {} failed on device {}: {}", what, device, to_string(status)));
+}
+}  // namespace
+
+block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s) {
+  settle_frees(false);
+  if (block* b = where.take(size, s.slot)) return b;
+  if (grow(where, size) == growth::grown) {
+    if (block* b = where.take(size, s.slot)) return b;
+  }
+  return out_of_memory_path(where, size, requested, s);
+}
+
+bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
+  if (options_.byte_cap != std::numeric_limits<std::size_t>::max() &&
+      (pages_.held_bytes() > options_.byte_cap || bytes > options_.byte_cap - pages_.held_bytes())) {
+    return false;
+  }
+  if (options_.headroom != 0) {
+    if (headroom_budget == std::numeric_limits<std::size_t>::max()) {
+      const std::size_t free = calls_.memory_info().free;
+      headroom_budget = free > options_.headroom ? free - options_.headroom : 0;
+    }
+    if (bytes > headroom_budget) return false;
+    headroom_budget -= bytes;
+  }
+  return true;
+}
+
+pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
+  std::size_t headroom_budget = std::numeric_limits<std::size_t>::max();
+  if (!virtual_memory_) {
+    const std::size_t segment = round_up(size, pages_.granularity());
+    if (!within_limits(segment, headroom_budget)) return growth::no_memory;
+    const driver_status status = where.grow_segment(segment, tick_);
+    if (status == driver_status::out_of_memory) return growth::no_memory;
+    if (status != driver_status::success) throw_driver_failure("mem_alloc", device_, status);
+    return growth::grown;
+  }
+
+  arena::window w;
+  driver_status status = where.open_window(size, w);
+  if (status == driver_status::out_of_memory) return growth::no_memory;
+  if (status != driver_status::success) throw_driver_failure("address_reserve", device_, status);
+
+  address_range& range = *w.room->range;
+  growth result = growth::grown;
+  driver_status failure = driver_status::success;
+  const char* failed_call = "";
+
+  // Stolen handles: this arena's own free memory first, then the other arenas'.
+  std::vector<std::uint32_t> stolen;
+  std::size_t want = w.map_bytes;
+  std::size_t room = w.room->size;
+  if (want > 0) {
+    std::array<arena*, 4> order{};
+    order[0] = &where;
+    unsigned n = 1;
+    for (auto& a : arenas_) {
+      if (a.get() != &where) order[n++] = a.get();
+    }
+    for (arena* a : order) {
+      if (want == 0) break;
+      status = a->unmap_free_handles(want, room, std::numeric_limits<std::uint64_t>::max(), stolen);
+      if (status != driver_status::success) {
+        failure = status;
+        failed_call = "mem_unmap";
+        break;
+      }
+    }
+  }
+  std::size_t mapped = 0;
+  for (std::uint32_t id : stolen) {
+    const std::size_t handle_size = pages_.record(id).size;
+    status = pages_.map(id, range, w.cursor);
+    if (status != driver_status::success) {
+      (void)pages_.release(id);  // unmapped and unusable here: hand it back rather than lose it
+      if (failure == driver_status::success) {
+        failure = status;
+        failed_call = "mem_map";
+      }
+      continue;
+    }
+    w.cursor += handle_size;
+    mapped += handle_size;
+  }
+
+  // New handles for what stealing could not cover.
+  std::size_t remaining = failure == driver_status::success && w.map_bytes > mapped ? w.map_bytes - mapped : 0;
+  while (remaining > 0) {
+    const std::size_t handle_size = pages_.handle_size_for(size, remaining, where.settings().small);
+    if (!within_limits(handle_size, headroom_budget)) {
+      result = growth::no_memory;
+      break;
+    }
+    std::uint32_t id = 0;
+    status = pages_.create(handle_size, id);
+    if (status == driver_status::out_of_memory) {
+      result = growth::no_memory;
+      break;
+    }
+    if (status != driver_status::success) {
+      failure = status;
+      failed_call = "mem_create";
+      break;
+    }
+    status = pages_.map(id, range, w.cursor);
+    if (status != driver_status::success) {
+      (void)pages_.release(id);
+      if (status == driver_status::out_of_memory) {
+        result = growth::no_memory;
+      } else {
+        failure = status;
+        failed_call = "mem_map";
+      }
+      break;
+    }
+    w.cursor += handle_size;
+    remaining -= handle_size;
+  }
+  where.close_window(w, tick_);
+  if (failure != driver_status::success) throw_driver_failure(failed_call, device_, failure);
+  return result;
+}
+
+}  // namespace tidepool::detail

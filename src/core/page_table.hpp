@@ -1,0 +1,99 @@
+// Pages: physical memory handles, where each is mapped, and how big a new one should be.
+//
+// A handle (mem_create) is mapped whole (the driver refuses a mapping at an offset into a handle),
+// so it is the unit of release and of "stealing": a free handle is unmapped where it is and mapped
+// under a new request elsewhere, never copied. Each reserved range keeps one entry per granule
+// saying which handle backs it, so the arena can tell which handles lie wholly inside a free block.
+//
+// The table also keeps the pool's count of physical bytes held (handles created and not released,
+// and fallback segments), which is what the driver charges the process for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/driver_calls.hpp"
+#include "tidepool/driver.hpp"
+
+namespace tidepool::detail {
+
+struct block;
+class arena;
+
+/// One reserved virtual range (or, without the virtual memory API, one mem_alloc segment).
+struct address_range {
+  device_address base = 0;
+  std::size_t size = 0;
+  arena* owner = nullptr;
+  block* first = nullptr;               ///< lowest block; blocks cover the range with no gap
+  std::vector<std::uint32_t> page_handle;  ///< handle id per granule (virtual memory only)
+  bool segment = false;                 ///< a plain mem_alloc segment (no virtual memory API)
+
+  [[nodiscard]] device_address end() const noexcept { return base + size; }
+  [[nodiscard]] bool contains(device_address a) const noexcept { return a >= base && a < base + size; }
+};
+
+class page_table {
+ public:
+  static constexpr std::uint32_t no_handle = ~std::uint32_t{0};
+
+  struct handle_record {
+    physical_handle handle = 0;
+    std::size_t size = 0;
+    device_address at = 0;          ///< where it is mapped; 0 when not mapped
+    address_range* range = nullptr; ///< the range it is mapped in
+  };
+
+  page_table(driver_calls& calls, std::size_t granularity) : calls_(calls), granularity_(granularity) {}
+
+  /// Creates a handle of `size` bytes (a granularity multiple), not yet mapped.
+  driver_status create(std::size_t size, std::uint32_t& id);
+  /// Maps handle `id` at `at` in `range` and grants access to the device and its peers.
+  driver_status map(std::uint32_t id, address_range& range, device_address at);
+  /// Unmaps handle `id` (the caller knows no queued work uses it).
+  driver_status unmap(std::uint32_t id);
+  /// Releases an unmapped handle: its bytes go back to the driver.
+  driver_status release(std::uint32_t id);
+
+  /// The handle backing the granule at `page` of `range`, or no_handle.
+  [[nodiscard]] std::uint32_t handle_at(const address_range& range, device_address page) const noexcept {
+    return range.page_handle[(page - range.base) / granularity_];
+  }
+  [[nodiscard]] const handle_record& record(std::uint32_t id) const noexcept { return handles_[id]; }
+
+  /// Grants `peer` access to every mapped handle, now and on every later map.
+  driver_status add_peer(int peer);
+
+  /// Fallback segments count as held too.
+  void add_held(std::size_t bytes) noexcept;
+  void remove_held(std::size_t bytes) noexcept { held_ -= bytes; released_ += bytes; }
+
+  /// Size of the handles to create for the `bytes` still to map under a request of
+  /// `request_bytes`: see the policy in page_table.cpp.
+  [[nodiscard]] std::size_t handle_size_for(std::size_t request_bytes, std::size_t bytes, bool small_region) const noexcept;
+
+  [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
+  [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }
+  [[nodiscard]] std::size_t peak_held_bytes() const noexcept { return peak_held_; }
+  [[nodiscard]] std::size_t released_bytes() const noexcept { return released_; }
+  [[nodiscard]] std::size_t live_handles() const noexcept { return handles_.size() - free_ids_.size(); }
+  template <class F>
+  void for_each_mapped(F&& f) const {
+    for (const handle_record& h : handles_) {
+      if (h.size != 0 && h.at != 0) f(h);
+    }
+  }
+
+ private:
+  driver_calls& calls_;
+  std::size_t granularity_;
+  std::vector<handle_record> handles_;
+  std::vector<std::uint32_t> free_ids_;
+  std::vector<int> peers_;
+  std::size_t held_ = 0;
+  std::size_t peak_held_ = 0;
+  std::size_t released_ = 0;
+};
+
+}  // namespace tidepool::detail

@@ -1,0 +1,28 @@
+// tidepool::pool: the public face of pool_impl. Each call forwards; the implementation and its
+// reasons are in pool_impl.hpp and the files it names.
+#include "tidepool/pool.hpp"
+
+#include "core/pool_impl.hpp"
+
+namespace tidepool {
+
+pool::pool(std::shared_ptr<driver> drv, int device, pool_options options)
+    : impl_(std::make_unique<detail::pool_impl>(std::move(drv), device, options)) {}
+pool::~pool() = default;
+pool::pool(pool&&) noexcept = default;
+pool& pool::operator=(pool&&) noexcept = default;
+
+void* pool::allocate(std::size_t bytes, stream_t stream, lifetime hint) { return impl_->allocate(bytes, stream, hint); }
+void pool::deallocate(void* ptr, stream_t stream) { impl_->deallocate(ptr, stream); }
+void pool::record_stream(void* ptr, stream_t stream) { impl_->record_stream(ptr, stream); }
+std::size_t pool::release() { return impl_->release(); }
+std::size_t pool::allocation_size(const void* ptr) const { return impl_->allocation_size(ptr); }
+bool pool::owns(const void* ptr) const { return impl_->owns(ptr); }
+std::size_t pool::available_bytes() const { return impl_->available_bytes(); }
+pool_stats pool::stats() const { return impl_->stats(); }
+int pool::device() const noexcept { return impl_->device(); }
+const pool_options& pool::options() const noexcept { return impl_->options(); }
+const std::shared_ptr<driver>& pool::get_driver() const noexcept { return impl_->get_driver(); }
+void pool::enable_peer_access(int peer_device) { impl_->enable_peer_access(peer_device); }
+
+}  // namespace tidepool

@@ -1,0 +1,219 @@
+// pool_impl: construction and tear-down, streams, record_stream, the queries and figures, and the
+// errors for bad input (each names the value and leaves the pool as it was).
+#include "core/pool_impl.hpp"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+namespace tidepool::detail {
+
+namespace {
+constexpr std::size_t no_limit = std::numeric_limits<std::size_t>::max();
+
+driver& checked(const std::shared_ptr<driver>& drv) {
+  if (!drv) throw error(error_code::invalid_argument, "tidepool: pool created without a driver");
+  return *drv;
+}
+
+// Checks the device ordinal, opens its context if this process holds none, and returns its
+// granularity: the first things a pool needs, before any member that depends on them.
+std::size_t open_device(const std::shared_ptr<driver>& drv, int device) {
+  driver& d = checked(drv);
+  if (device < 0 || device >= d.device_count()) {
+    throw error(error_code::invalid_device,
+                fmt::format("tidepool: device {} out of range ({} devices)", device, d.device_count()));
+  }
+  if (!d.has_context(device)) {
+    const driver_status status = d.open_context(device);
+    if (status != driver_status::success) {
+      throw error(error_code::driver_failure,
+                  fmt::format("tidepool: cannot open a context on device {}: {}", device, to_string(status)));
+    }
+  }
+  const std::size_t granularity = d.granularity(device);
+  if (granularity == 0 || granularity % block_alignment != 0) {
+    throw error(error_code::driver_failure,
+                fmt::format("tidepool: device {} reports granularity {}", device, granularity));
+  }
+  return granularity;
+}
+}  // namespace
+
+pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options options)
+    : driver_(std::move(drv)),
+      device_(device),
+      options_(options),
+      calls_(checked(driver_), device),
+      pages_(calls_, open_device(driver_, device)),
+      events_(calls_) {
+  driver& d = *driver_;
+  const std::size_t granularity = pages_.granularity();
+  virtual_memory_ = d.supports_virtual_memory(device);
+  device_total_ = calls_.memory_info().total;
+  const std::size_t range_bytes = options_.address_range_bytes != 0 ? options_.address_range_bytes
+                                                                   : round_up(device_total_, granularity);
+  for (unsigned k = 0; k < arenas_.size(); ++k) {
+    arena_settings settings;
+    settings.kind = static_cast<arena_kind>(k);
+    settings.virtual_memory = virtual_memory_;
+    settings.small = k < 2;
+    settings.range_bytes = range_bytes;
+    arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
+  }
+  const release_policy& policy = options_.release;
+  automatic_release_ = policy.immediate || policy.max_cached_bytes != no_limit || policy.decay.count() > 0;
+}
+
+pool_impl::~pool_impl() {
+  std::lock_guard guard(lock_);
+  // Wait for every stream the pool has seen, so that nothing is unmapped under queued work.
+  streams_.for_each([&](stream_state& s) {
+    if (s.event == nullptr) {
+      s.event = events_.acquire();
+      (void)calls_.event_record(s.event, s.stream);
+    }
+    (void)calls_.event_synchronize(s.event);
+    events_.give_back(s.event);
+    s.event = nullptr;
+  });
+  for (pending_free& p : pending_) {
+    for (event_t e : p.events) {
+      (void)calls_.event_synchronize(e);
+      events_.give_back(e);
+    }
+  }
+  pending_.clear();
+  for (auto& a : arenas_) a->tear_down();
+  events_.destroy_all();
+}
+
+stream_state& pool_impl::add_stream(stream_t stream) {
+  if (!driver_->stream_on_device(stream, device_)) {
+    throw error(error_code::invalid_stream,
+                fmt::format("tidepool: stream {} does not belong to device {}", fmt::ptr(stream), device_));
+  }
+  stream_state& s = streams_.add(stream);
+  for (auto& a : arenas_) a->ensure_slots(streams_.slot_count());
+  return s;
+}
+
+void pool_impl::throw_invalid_size(std::size_t bytes) const {
+  if (bytes == 0) {
+    throw error(error_code::invalid_size, fmt::format("tidepool: allocation of 0 bytes on device {}", device_));
+  }
+  throw error(error_code::invalid_size,
+              fmt::format("tidepool: allocation of {} bytes is larger than device {} ({} bytes in all)", bytes,
+                          device_, device_total_));
+}
+
+void pool_impl::throw_bad_pointer(const char* operation, const void* ptr) const {
+  const auto address = reinterpret_cast<device_address>(ptr);
+  for (const auto& a : arenas_) {
+    const block* b = a->find_containing(address);
+    if (b == nullptr) continue;
+    if (b->state == block_state::live) {
+      throw error(error_code::invalid_pointer,
+                  fmt::format("tidepool: {} of {}: an interior pointer, {} bytes into the allocation at {:#x} "
+                              "(device {})",
+                              operation, ptr, address - b->address, b->address, device_));
+    }
+    throw error(error_code::double_free,
+                fmt::format("tidepool: {} of {}: not allocated now (already freed?) on device {}", operation, ptr,
+                            device_));
+  }
+  throw error(error_code::invalid_pointer,
+              fmt::format("tidepool: {} of {}: not a pointer of the pool of device {}", operation, ptr, device_));
+}
+
+void pool_impl::record_stream(void* ptr, stream_t stream) {
+  const auto address = reinterpret_cast<device_address>(ptr);
+  std::lock_guard guard(lock_);
+  block* b = live_.find(address);
+  if (b == nullptr) throw_bad_pointer("record_stream", ptr);
+  if (streams_.find(stream) == nullptr) add_stream(stream);
+  std::vector<stream_t>& extra = extra_streams_[b];
+  if (std::find(extra.begin(), extra.end(), stream) == extra.end()) extra.push_back(stream);
+  b->has_extra_streams = true;
+}
+
+void pool_impl::free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence) {
+  auto it = extra_streams_.find(b);
+  std::vector<stream_t> extra = std::move(it->second);
+  extra_streams_.erase(it);
+  b->has_extra_streams = false;
+  pending_free pending;
+  pending.freed = b;
+  pending.slot = s.slot;
+  pending.sequence = sequence;
+  for (stream_t other : extra) {
+    if (other == s.stream) continue;  // the free's own stream orders its work already
+    event_t e = events_.acquire();
+    const driver_status status = calls_.event_record(e, other);
+    if (status != driver_status::success) {
+      // Without the event we cannot know when `other` is done: wait for it now instead.
+      events_.give_back(e);
+      (void)calls_.stream_synchronize(other);
+      continue;
+    }
+    pending.events.push_back(e);
+  }
+  if (pending.events.empty()) {
+    b->owner_arena->give_back(b, s.slot, sequence, tick_);
+    return;
+  }
+  b->state = block_state::pending;
+  pending_.push_back(std::move(pending));
+}
+
+std::size_t pool_impl::allocation_size(const void* ptr) {
+  std::lock_guard guard(lock_);
+  const block* b = live_.find(reinterpret_cast<device_address>(ptr));
+  if (b == nullptr) throw_bad_pointer("allocation_size", ptr);
+  return b->requested;
+}
+
+bool pool_impl::owns(const void* ptr) {
+  std::lock_guard guard(lock_);
+  return live_.find(reinterpret_cast<device_address>(ptr)) != nullptr;
+}
+
+std::size_t pool_impl::available_bytes() {
+  std::lock_guard guard(lock_);
+  return largest_possible(calls_.memory_info().free);
+}
+
+pool_stats pool_impl::stats() {
+  std::lock_guard guard(lock_);
+  pool_stats s;
+  s.in_use_bytes = in_use_;
+  s.requested_bytes = requested_;
+  s.mapped_bytes = pages_.held_bytes();
+  s.cached_bytes = s.mapped_bytes - in_use_;
+  for (const auto& a : arenas_) s.reserved_address_bytes += a->reserved_bytes();
+  s.peak_in_use_bytes = peak_in_use_;
+  s.peak_requested_bytes = peak_requested_;
+  s.peak_mapped_bytes = pages_.peak_held_bytes();
+  s.live_allocations = live_.size();
+  s.allocations = allocations_;
+  s.deallocations = deallocations_;
+  s.out_of_memory_recoveries = recoveries_;
+  s.released_bytes = pages_.released_bytes();
+  s.driver = calls_.counts();
+  return s;
+}
+
+void pool_impl::enable_peer_access(int peer_device) {
+  std::lock_guard guard(lock_);
+  if (peer_device < 0 || peer_device >= driver_->device_count()) {
+    throw error(error_code::invalid_device, fmt::format("tidepool: peer device {} out of range", peer_device));
+  }
+  if (!virtual_memory_) return;  // plain allocations: peer access is the driver's context-wide switch
+  const driver_status status = pages_.add_peer(peer_device);
+  if (status != driver_status::success) {
+    throw error(error_code::driver_failure, fmt::format("tidepool: granting device {} access to device {}: {}",
+                                                        peer_device, device_, to_string(status)));
+  }
+}
+
+}  // namespace tidepool::detail
