@@ -78,7 +78,9 @@ struct handle_set {
   std::vector<double> create_us, map_us, access_us, unmap_us, release_us;
 
   handle_set(std::size_t handle_size, std::size_t count) : size(handle_size) {
-    check(cu().cuMemAddressReserve(&base, handle_size * count, handle_size, 0, 0), "cuMemAddressReserve");
+    // Aligned to the granularity only: cuMemAddressReserve refuses an alignment that is not a
+    // power of two (20 MiB), and mapping needs no more.
+    check(cu().cuMemAddressReserve(&base, handle_size * count, 2 * MiB, 0, 0), "cuMemAddressReserve");
     handles.resize(count);
   }
   void create_and_map(std::size_t i) {
