@@ -4,7 +4,9 @@
  * that returns a tidepool_status reports failure by its code, and tidepool_last_error() then holds
  * a message for the calling thread (naming the pointer, size or device at fault). The framework
  * entry points (tidepool_torch_*, tidepool_cupy_*) cannot return a status: they return NULL on
- * failure, set the message, and print it to stderr, because neither framework shows it otherwise.
+ * failure and set the message and tidepool_last_status(); the PyTorch ones and tidepool_cupy_free
+ * also print it to stderr, because nothing else would show it (PyTorch does not check for NULL;
+ * the Python package checks CuPy's result and raises).
  *
  * Streams are CUDA streams (cudaStream_t, CUstream); NULL is the legacy default stream.
  *
@@ -92,6 +94,9 @@ typedef size_t (*tidepool_reclaim_fn)(int device, size_t bytes_needed, void* use
 TIDEPOOL_API const char* tidepool_version(void);
 /** The message of the calling thread's last failed call ("" if none failed yet). */
 TIDEPOOL_API const char* tidepool_last_error(void);
+/** The status of the calling thread's last failed call (TIDEPOOL_SUCCESS if none failed yet):
+ *  what a NULL from tidepool_torch_alloc or tidepool_cupy_malloc meant. */
+TIDEPOOL_API tidepool_status tidepool_last_status(void);
 /** The name of a status, e.g. "TIDEPOOL_OUT_OF_MEMORY". */
 TIDEPOOL_API const char* tidepool_status_name(tidepool_status status);
 
@@ -125,7 +130,8 @@ TIDEPOOL_API void* tidepool_torch_alloc(size_t size, int device, tidepool_stream
 TIDEPOOL_API void tidepool_torch_free(void* ptr, size_t size, int device,
                                       tidepool_stream_t stream);
 /** CuPy's CFunctionAllocator malloc (void*(*)(void*, size_t, int)). Allocates on the thread's
- *  current stream for `device` (tidepool_set_current_stream). `param` is unused. NULL on failure. */
+ *  current stream for `device` (tidepool_set_current_stream). `param` is unused. NULL on failure
+ *  (silently: CuPy does not check, so the caller must; tidepool.cupy does). */
 TIDEPOOL_API void* tidepool_cupy_malloc(void* param, size_t size, int device);
 /** CuPy's CFunctionAllocator free (void(*)(void*, void*, int)). Frees on the stream the block was
  *  allocated on, as CuPy's own pool does, whatever the current stream is now. */

@@ -17,9 +17,11 @@ namespace {
 // A fixed buffer, so that recording an error never allocates (it may run after bad_alloc).
 constexpr std::size_t message_capacity = 2048;
 thread_local char last_message[message_capacity] = "";
+thread_local tidepool_status last_failure = TIDEPOOL_SUCCESS;
 }  // namespace
 
 tidepool_status fail(tidepool_status status, std::string_view message) noexcept {
+  last_failure = status;
   const std::size_t length = std::min(message.size(), message_capacity - 1);
   std::memcpy(last_message, message.data(), length);
   last_message[length] = '\0';
@@ -53,6 +55,8 @@ extern "C" {
 const char* tidepool_version(void) { return TIDEPOOL_VERSION_STRING; }
 
 const char* tidepool_last_error(void) { return tidepool::detail::last_message; }
+
+tidepool_status tidepool_last_status(void) { return tidepool::detail::last_failure; }
 
 const char* tidepool_status_name(tidepool_status status) {
   switch (status) {

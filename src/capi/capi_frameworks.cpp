@@ -1,7 +1,8 @@
 // The entry points the frameworks load: PyTorch's CUDAPluggableAllocator (alloc and free with a
 // stream) and CuPy's CFunctionAllocator (malloc and free without one). They cannot return a
-// status, so a failure returns NULL (or nothing), keeps the message for tidepool_last_error(), and
-// prints it: neither framework reports it otherwise.
+// status, so a failure returns NULL (or nothing) and keeps the status and message for
+// tidepool_last_status() and tidepool_last_error(). PyTorch never checks, so its failures are also
+// printed; CuPy's malloc is checked by the Python package, which raises instead.
 #include "capi/allocation_streams.hpp"
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
@@ -31,7 +32,8 @@ void* tidepool_cupy_malloc(void* param, size_t size, int device) {
   using namespace tidepool::detail;
   (void)param;
   void* ptr = nullptr;
-  const auto status = guarded([&] {
+  // A failure leaves its status and message for tidepool_last_status() and tidepool_last_error().
+  guarded([&] {
     const tidepool::stream_t stream = current_stream(device);
     void* allocated = tidepool::device_pool(device).allocate(size, stream);
     try {
@@ -42,7 +44,6 @@ void* tidepool_cupy_malloc(void* param, size_t size, int device) {
     }
     ptr = allocated;
   });
-  if (status != TIDEPOOL_SUCCESS) print_last_error();
   return ptr;
 }
 

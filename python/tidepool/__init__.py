@@ -1,0 +1,44 @@
+"""tidepool: a CUDA device-memory pool that gives memory back, for PyTorch and CuPy programs.
+
+    import tidepool
+    tidepool.torch.use()       # PyTorch allocates from tidepool (call before any CUDA allocation)
+    tidepool.cupy.use()        # CuPy too: both frameworks then share one pool per GPU
+    ...
+    tidepool.release_cached_memory(verbose=True)   # every cache in the process, exact bytes
+
+Pure Python over ctypes: the library, libtidepool.so, comes from the CMake build and is found at
+$TIDEPOOL_LIBRARY, next to this package (`cmake --install`), or on the loader's search path.
+"""
+
+from . import _frameworks  # noqa: F401  (registers the framework-cache reclaim hook on load)
+from ._allocate import (ANY_DEVICE, allocate, deallocate, device_count, get_current_stream,
+                        has_context, record_stream, release, set_current_stream)
+from ._errors import LibraryNotFoundError, OutOfMemoryError, TidepoolError
+from ._hooks import add_reclaim_hook, remove_reclaim_hook
+from ._library import load as _load
+from ._library import path as library_path
+from ._release import release_cached_memory
+from ._stats import Stats, available_bytes, stats, summary
+
+__all__ = [
+    "ANY_DEVICE", "LibraryNotFoundError", "OutOfMemoryError", "Stats", "TidepoolError",
+    "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "device_count",
+    "get_current_stream", "has_context", "library_path", "record_stream", "release",
+    "release_cached_memory", "remove_reclaim_hook", "set_current_stream", "stats", "summary",
+    "version",
+]
+
+
+def version():
+    """The library's version, e.g. '0.1.0'."""
+    return _load().tidepool_version().decode()
+
+
+def __getattr__(name):
+    # tidepool.torch and tidepool.cupy load on first use, so that `import tidepool` imports
+    # neither framework.
+    if name in ("torch", "cupy"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'tidepool' has no attribute {name!r}")

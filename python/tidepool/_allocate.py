@@ -1,0 +1,64 @@
+"""Direct allocation through tidepool's pools, for programs that manage raw device pointers
+(and for tests). Framework users want tidepool.torch.use() or tidepool.cupy.use() instead."""
+
+import ctypes
+
+from . import _library
+
+ANY_DEVICE = -1
+SCRATCH = 0
+PERSISTENT = 1
+
+
+def allocate(size, device=0, stream=None, persistent=False):
+    """Allocates `size` bytes on `device` for use on `stream` (a cudaStream_t as an int, or None
+    for the default stream); returns the device pointer as an int."""
+    lib = _library.load()
+    out = ctypes.c_void_p()
+    hint = PERSISTENT if persistent else SCRATCH
+    _library.check(lib.tidepool_allocate(size, device, stream, hint, ctypes.byref(out)))
+    return out.value
+
+
+def deallocate(ptr, device=ANY_DEVICE, stream=None):
+    """Frees a pointer from allocate(); device may be left to be found."""
+    _library.check(_library.load().tidepool_deallocate(ptr, device, stream))
+
+
+def record_stream(ptr, stream, device=ANY_DEVICE):
+    """Marks `ptr` as used on `stream` too (not reused before that stream's work completes)."""
+    _library.check(_library.load().tidepool_record_stream(ptr, device, stream))
+
+
+def release(device):
+    """Hands `device`'s free cached memory back to the driver; returns the bytes."""
+    released = ctypes.c_size_t(0)
+    _library.check(_library.load().tidepool_release(device, ctypes.byref(released)))
+    return released.value
+
+
+def device_count():
+    """Devices the driver sees."""
+    count = ctypes.c_int(0)
+    _library.check(_library.load().tidepool_device_count(ctypes.byref(count)))
+    return count.value
+
+
+def has_context(device):
+    """Whether this process holds a context on `device` (asking opens none)."""
+    has = ctypes.c_int(0)
+    _library.check(_library.load().tidepool_has_context(device, ctypes.byref(has)))
+    return bool(has.value)
+
+
+def set_current_stream(device, stream):
+    """Sets the calling thread's current stream on `device`: the stream tidepool_cupy_malloc
+    allocates on. tidepool.cupy.use() keeps it equal to CuPy's current stream."""
+    _library.check(_library.load().tidepool_set_current_stream(device, stream))
+
+
+def get_current_stream(device):
+    """The calling thread's current stream on `device` (0 for the default stream)."""
+    stream = _library.c_stream()
+    _library.check(_library.load().tidepool_get_current_stream(device, ctypes.byref(stream)))
+    return stream.value or 0

@@ -1,0 +1,173 @@
+"""Finding and loading libtidepool.so, and the ctypes prototypes of its C API.
+
+The library is looked for, in order: at $TIDEPOOL_LIBRARY (and only there when it is set); next
+to this package (where `cmake --install` copies it); then by the dynamic loader (LD_LIBRARY_PATH,
+the ldconfig cache, the system's library folders). The package itself is pure Python: the library
+comes from the CMake build.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+from . import _errors
+
+LIBRARY_FILE = "libtidepool.so"
+
+c_stream = ctypes.c_void_p  # cudaStream_t
+RECLAIM_FN = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p)
+# The function types the frameworks cast the entry points to.
+TORCH_ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, c_stream)
+TORCH_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, c_stream)
+CUPY_MALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+CUPY_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+
+
+class CStats(ctypes.Structure):
+    """tidepool_stats_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("in_use_bytes", ctypes.c_uint64),
+        ("requested_bytes", ctypes.c_uint64),
+        ("cached_bytes", ctypes.c_uint64),
+        ("mapped_bytes", ctypes.c_uint64),
+        ("reserved_address_bytes", ctypes.c_uint64),
+        ("peak_in_use_bytes", ctypes.c_uint64),
+        ("peak_requested_bytes", ctypes.c_uint64),
+        ("peak_mapped_bytes", ctypes.c_uint64),
+        ("live_allocations", ctypes.c_uint64),
+        ("allocations", ctypes.c_uint64),
+        ("deallocations", ctypes.c_uint64),
+        ("out_of_memory_recoveries", ctypes.c_uint64),
+        ("released_bytes", ctypes.c_uint64),
+        ("driver_calls", ctypes.c_uint64),
+        ("driver_microseconds", ctypes.c_double),
+    ]
+
+
+_status = ctypes.c_int
+_size_p = ctypes.POINTER(ctypes.c_size_t)
+_int_p = ctypes.POINTER(ctypes.c_int)
+
+# name: (restype, argtypes), as in include/tidepool/c_api.h.
+_PROTOTYPES = {
+    "tidepool_version": (ctypes.c_char_p, []),
+    "tidepool_last_error": (ctypes.c_char_p, []),
+    "tidepool_last_status": (ctypes.c_int, []),
+    "tidepool_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "tidepool_device_count": (_status, [_int_p]),
+    "tidepool_has_context": (_status, [ctypes.c_int, _int_p]),
+    "tidepool_allocate": (_status, [ctypes.c_size_t, ctypes.c_int, c_stream, ctypes.c_int,
+                                    ctypes.POINTER(ctypes.c_void_p)]),
+    "tidepool_deallocate": (_status, [ctypes.c_void_p, ctypes.c_int, c_stream]),
+    "tidepool_record_stream": (_status, [ctypes.c_void_p, ctypes.c_int, c_stream]),
+    "tidepool_set_current_stream": (_status, [ctypes.c_int, c_stream]),
+    "tidepool_get_current_stream": (_status, [ctypes.c_int, ctypes.POINTER(c_stream)]),
+    "tidepool_torch_alloc": (ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int, c_stream]),
+    "tidepool_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, c_stream]),
+    "tidepool_cupy_malloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
+    "tidepool_cupy_free": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
+    "tidepool_stats": (_status, [ctypes.c_int, ctypes.POINTER(CStats)]),
+    "tidepool_release": (_status, [ctypes.c_int, _size_p]),
+    "tidepool_release_cached_memory": (_status, [_size_p]),
+    "tidepool_available_bytes": (_status, [ctypes.c_int, _size_p]),
+    "tidepool_add_reclaim_hook": (_status, [RECLAIM_FN, ctypes.c_void_p, _int_p]),
+    "tidepool_remove_reclaim_hook": (_status, [ctypes.c_int]),
+}
+
+_lock = threading.RLock()
+_lib = None
+_path = None
+_on_load = []  # callables run once, after the library is first loaded
+
+
+def _candidates():
+    """(where, what to dlopen) in search order, and what was ruled out without trying."""
+    explicit = os.environ.get("TIDEPOOL_LIBRARY")
+    if explicit:
+        return [("TIDEPOOL_LIBRARY", explicit)], []
+    skipped = ["TIDEPOOL_LIBRARY is not set"]
+    candidates = []
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), LIBRARY_FILE)
+    if os.path.exists(beside):
+        candidates.append(("next to the package", beside))
+    else:
+        skipped.append(f"{beside} does not exist")
+    candidates.append(("the dynamic loader's search path", LIBRARY_FILE))
+    found = ctypes.util.find_library("tidepool")
+    if found and found != LIBRARY_FILE:
+        candidates.append(("the ldconfig cache", found))
+    return candidates, skipped
+
+
+def _declare(lib):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
+
+
+def load():
+    """The loaded library (a ctypes.CDLL); loads it on first use. Raises LibraryNotFoundError."""
+    global _lib, _path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        candidates, tried = _candidates()
+        for where, target in candidates:
+            try:
+                lib = ctypes.CDLL(target)
+            except OSError as error:
+                tried.append(f"{target} ({where}): {error}")
+                continue
+            try:
+                _declare(lib)
+            except AttributeError as error:
+                tried.append(f"{target} ({where}) is not tidepool's C API: {error}")
+                continue
+            _lib = lib
+            _path = os.path.abspath(target) if os.sep in target else target
+            break
+        else:
+            raise _errors.LibraryNotFoundError(
+                "libtidepool.so was not found: " + "; ".join(tried) + ". Build it with CMake "
+                "(scripts/build.sh) and set TIDEPOOL_LIBRARY=<build>/src/libtidepool.so, or "
+                "install it next to the package with `cmake --install <build>`.")
+        for callback in _on_load:
+            callback(_lib)
+        return _lib
+
+
+def path():
+    """What the library was loaded from (a path, or the name the loader resolved)."""
+    load()
+    return _path
+
+
+def on_load(callback):
+    """Runs callback(lib) once the library is loaded (at once if it already is)."""
+    with _lock:
+        if _lib is None:
+            _on_load.append(callback)
+            return
+    callback(_lib)
+
+
+def last_error():
+    """The calling thread's last error message from the library."""
+    return load().tidepool_last_error().decode(errors="replace")
+
+
+def check(status):
+    """Raises the error of a failed status, with the library's message."""
+    if status != _errors.SUCCESS:
+        raise _errors.error_for(status, last_error())
+
+
+def function_address(name):
+    """The address of a C entry point, as the frameworks take it."""
+    return ctypes.cast(getattr(load(), name), ctypes.c_void_p).value

@@ -1,0 +1,104 @@
+"""tidepool.stats(device), tidepool.summary() and tidepool.available_bytes(device)."""
+
+import ctypes
+import dataclasses
+
+from . import _frameworks, _library
+from ._release import format_bytes, opened_devices
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    """The figures of one device's pool (all zero where no pool was made)."""
+
+    device: int
+    in_use_bytes: int
+    requested_bytes: int
+    cached_bytes: int
+    mapped_bytes: int
+    reserved_address_bytes: int
+    peak_in_use_bytes: int
+    peak_requested_bytes: int
+    peak_mapped_bytes: int
+    live_allocations: int
+    allocations: int
+    deallocations: int
+    out_of_memory_recoveries: int
+    released_bytes: int
+    driver_calls: int
+    driver_microseconds: float
+
+
+def stats(device=0):
+    """The figures of `device`'s pool."""
+    lib = _library.load()
+    raw = _library.CStats()
+    raw.struct_size = ctypes.sizeof(_library.CStats)
+    _library.check(lib.tidepool_stats(device, ctypes.byref(raw)))
+    values = {name: getattr(raw, name) for name, _ in _library.CStats._fields_ if name != "struct_size"}
+    return Stats(device=device, **values)
+
+
+def available_bytes(device=0):
+    """The largest allocation that could succeed on `device` now: tidepool's cache plus what the
+    driver reports free, within the pool's byte cap and headroom. Opens no context."""
+    lib = _library.load()
+    nbytes = ctypes.c_size_t(0)
+    _library.check(lib.tidepool_available_bytes(device, ctypes.byref(nbytes)))
+    return nbytes.value
+
+
+def _framework_lines(devices):
+    lines = []
+    torch = _frameworks.loaded("torch")
+    if torch is not None:
+        if _frameworks.routed["torch"]:
+            lines.append("PyTorch: allocations routed to tidepool")
+        elif _frameworks.torch_cache_active() is not None:
+            reserved = ", ".join(f"device {d}: {format_bytes(torch.cuda.memory_reserved(d))}"
+                                 for d in devices if d < torch.cuda.device_count())
+            lines.append(f"PyTorch: own caching allocator, reserved {reserved or 'nothing'}")
+        else:
+            lines.append("PyTorch: own caching allocator, CUDA not initialised")
+    cupy = _frameworks.loaded("cupy")
+    if cupy is not None:
+        if _frameworks.routed["cupy"]:
+            lines.append("CuPy: allocations routed to tidepool")
+        else:
+            pool = _frameworks.cupy_pools(cupy)
+            held = []
+            for d in devices:
+                with cupy.cuda.Device(d):
+                    held.append(f"device {d}: {format_bytes(pool.total_bytes())}")
+            lines.append(f"CuPy: default memory pool, holding {', '.join(held) or 'nothing'}")
+    return lines
+
+
+def summary():
+    """A readable table of every device's pool, and where the frameworks allocate."""
+    lib = _library.load()
+    version = lib.tidepool_version().decode()
+    count = ctypes.c_int(0)
+    _library.check(lib.tidepool_device_count(ctypes.byref(count)))
+    devices = opened_devices(lib)
+    columns = ("device", "in use", "cached", "mapped", "peak mapped", "live", "allocs",
+               "released", "OOM saves", "available")
+    rows = []
+    for device in range(count.value):
+        s = stats(device)
+        if s.allocations == 0 and device not in devices:
+            continue  # never used by this process
+        rows.append((str(device), format_bytes(s.in_use_bytes), format_bytes(s.cached_bytes),
+                     format_bytes(s.mapped_bytes), format_bytes(s.peak_mapped_bytes),
+                     str(s.live_allocations), str(s.allocations), format_bytes(s.released_bytes),
+                     str(s.out_of_memory_recoveries), format_bytes(available_bytes(device))))
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
+              for i, c in enumerate(columns)]
+    lines = [f"tidepool {version}: {count.value} device(s), {len(devices)} opened by this process"]
+    lines.append("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    for row in rows:
+        lines.append("  ".join(v.rjust(w) for v, w in zip(row, widths)))
+    if not rows:
+        lines.append("(no device used yet)")
+    lines.extend(_framework_lines(devices))
+    return "\n".join(lines)
