@@ -1,0 +1,156 @@
+// The out-of-memory path: before failing, the pool reuses its own cache (stealing free handles
+// under a request no free block fits), trims the CUDA async pools, calls the reclaim hooks and
+// waits for pending frees; when all of that is not enough it throws tidepool::out_of_memory with a
+// report, and the pool is left as it was.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+
+#include "pool_checker.hpp"
+#include "tidepool/reclaim.hpp"
+
+namespace tidepool::testing {
+namespace {
+
+constexpr std::size_t device_bytes = 64 * MiB;
+
+TEST(PoolOutOfMemory, ScatteredCacheServesALargeRequest) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  // Fill the device in 2 MiB blocks, then free every other one: 30 MiB free, no two pieces adjacent.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 30; ++i) blocks.push_back(checker.allocate(2 * MiB));
+  for (std::size_t i = 0; i < blocks.size(); i += 2) checker.free(blocks[i]);
+  const std::size_t held = p.stats().mapped_bytes;
+  void* big = checker.allocate(24 * MiB);  // no free block fits; the free handles do
+  checker.check();
+  EXPECT_EQ(p.stats().mapped_bytes, held) << "the request was served by the cache, not by new memory";
+  checker.check_patterns();
+  checker.free(big);
+}
+
+TEST(PoolOutOfMemory, TrimsTheAsyncPools) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0);
+  sim->park_in_async_pool(0, 48 * MiB);
+  void* x = p.allocate(40 * MiB);
+  EXPECT_EQ(sim->async_pool_bytes(0), 0u);
+  EXPECT_EQ(p.stats().out_of_memory_recoveries, 1u);
+  EXPECT_GE(p.stats().driver.of(driver_call::async_pool_trim), 1u);
+  p.deallocate(x);
+}
+
+TEST(PoolOutOfMemory, CallsReclaimHooks) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0);
+  // Another allocator of the process holds 48 MiB in a cache tidepool cannot see.
+  device_address foreign = 0;
+  ASSERT_EQ(sim->mem_alloc(0, 48 * MiB, &foreign), driver_status::success);
+  int calls = 0;
+  const int id = add_reclaim_hook([&](int device, std::size_t needed) -> std::size_t {
+    ++calls;
+    EXPECT_EQ(device, 0);
+    EXPECT_GE(needed, 40 * MiB);
+    if (foreign == 0) return 0;
+    EXPECT_EQ(sim->mem_free(0, foreign), driver_status::success);
+    foreign = 0;
+    return 48 * MiB;
+  });
+  void* x = p.allocate(40 * MiB);
+  remove_reclaim_hook(id);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(p.stats().out_of_memory_recoveries, 1u);
+  p.deallocate(x);
+}
+
+TEST(PoolOutOfMemory, HookMayFreeIntoThePool) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0);
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  void* held_by_framework = p.allocate(48 * MiB, s);
+  const int id = add_reclaim_hook([&](int, std::size_t) -> std::size_t {
+    if (held_by_framework == nullptr) return 0;
+    p.deallocate(held_by_framework, s);  // re-enters the pool: must not deadlock
+    held_by_framework = nullptr;
+    return 0;
+  });
+  void* x = p.allocate(40 * MiB);  // on the default stream: needs s's free to settle
+  remove_reclaim_hook(id);
+  EXPECT_EQ(held_by_framework, nullptr);
+  p.deallocate(x);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
+TEST(PoolOutOfMemory, WaitsForPendingFrees) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0);
+  stream_t a = nullptr;
+  stream_t b = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &a), driver_status::success);
+  ASSERT_EQ(sim->stream_create(0, &b), driver_status::success);
+  void* x = p.allocate(48 * MiB, a);
+  sim->launch(0, a, 5000.0, reinterpret_cast<device_address>(x), 48 * MiB);
+  p.deallocate(x, a);
+  void* y = p.allocate(48 * MiB, b);  // only x's memory can serve it, once A is done
+  EXPECT_GE(sim->now(), 5000.0);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(p.stats().out_of_memory_recoveries, 1u);
+  p.deallocate(y, b);
+}
+
+TEST(PoolOutOfMemory, ReportWhenNothingHelps) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0);
+  void* x = p.allocate(20 * MiB);
+  void* y = p.allocate(10 * MiB);
+  p.deallocate(y);
+  const pool_stats before = p.stats();
+  try {
+    (void)p.allocate(50 * MiB);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    const std::string message = e.what();
+    for (const char* part : {"requested", "in use", "cached", "driver free", "largest possible"}) {
+      EXPECT_NE(message.find(part), std::string::npos) << "message lacks '" << part << "': " << message;
+    }
+    EXPECT_EQ(e.report().requested_bytes, 50 * MiB);
+    EXPECT_EQ(e.report().in_use_bytes, 20 * MiB);
+    EXPECT_EQ(e.report().largest_possible_bytes, 44 * MiB);  // 64 MiB device, 20 MiB live
+    EXPECT_NE(message.find("52428800"), std::string::npos) << message;
+  }
+  const pool_stats after = p.stats();
+  EXPECT_EQ(after.in_use_bytes, before.in_use_bytes);
+  EXPECT_EQ(after.live_allocations, before.live_allocations);
+  EXPECT_EQ(p.available_bytes(), 44 * MiB);
+  void* z = p.allocate(44 * MiB);  // exactly what was reported possible
+  p.deallocate(z);
+  p.deallocate(x);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
+TEST(PoolOutOfMemory, ByteCapAndHeadroom) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool_options options;
+  options.byte_cap = 16 * MiB;
+  pool capped(sim, 0, options);
+  void* x = capped.allocate(16 * MiB);
+  EXPECT_THROW((void)capped.allocate(2 * MiB), out_of_memory);
+  capped.deallocate(x);
+  void* y = capped.allocate(10 * MiB);  // the cached 16 MiB serve it within the cap
+  EXPECT_LE(capped.stats().mapped_bytes, 16 * MiB);
+  capped.deallocate(y);
+  capped.release();
+
+  pool_options roomy;
+  roomy.headroom = 40 * MiB;
+  pool leaving_room(sim, 0, roomy);
+  EXPECT_THROW((void)leaving_room.allocate(32 * MiB), out_of_memory);
+  void* z = leaving_room.allocate(24 * MiB);
+  leaving_room.deallocate(z);
+}
+
+}  // namespace
+}  // namespace tidepool::testing
