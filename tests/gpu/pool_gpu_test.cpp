@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -194,8 +195,16 @@ TEST(PoolOnGpu, RetentionWorkloadAtFullScale) {
   for (auto& [ptr, bytes] : inputs) free_block(ptr, bytes);
   const pool_stats before_release = p.stats();
   const std::size_t held_before_release = nvml_used(*drv) - baseline;
+  const auto release_start = std::chrono::steady_clock::now();
   const std::size_t returned = p.release();
+  const double release_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - release_start).count();
   const std::size_t held_after = nvml_used(*drv) - baseline;
+  const driver_call_counts calls = p.stats().driver;
+  std::printf("[figure] retention workload driver work: %llu memory calls (%llu mem_create) taking %.1f ms; "
+              "release() took %.1f ms\n",
+              static_cast<unsigned long long>(calls.memory_calls()),
+              static_cast<unsigned long long>(calls.of(driver_call::mem_create)), calls.memory_us() / 1000.0, release_ms);
 
   std::vector<std::pair<std::uintptr_t, std::size_t>> live_blocks;
   for (auto& [ptr, bytes] : regions) live_blocks.emplace_back(reinterpret_cast<std::uintptr_t>(ptr), bytes);
