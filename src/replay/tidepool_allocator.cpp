@@ -1,0 +1,24 @@
+// tidepool's pool as a replay allocator: a thin adapter over the public API.
+#include "replay/tidepool_allocator.hpp"
+
+namespace tidepool::replay {
+
+tidepool_allocator::tidepool_allocator(std::shared_ptr<driver> drv, int device) : pool_(std::move(drv), device) {}
+
+std::optional<device_address> tidepool_allocator::allocate(std::size_t bytes, stream_t stream) {
+  try {
+    return reinterpret_cast<device_address>(pool_.allocate(bytes, stream));
+  } catch (const out_of_memory&) {
+    return std::nullopt;
+  }
+}
+
+void tidepool_allocator::deallocate(device_address address, std::size_t, stream_t stream) {
+  pool_.deallocate(reinterpret_cast<void*>(address), stream);
+}
+
+std::size_t tidepool_allocator::release() { return pool_.release(); }
+
+std::size_t tidepool_allocator::held_bytes() const noexcept { return pool_.stats().mapped_bytes; }
+
+}  // namespace tidepool::replay

@@ -1,0 +1,127 @@
+// Replay end to end on small traces: the figures of each allocator, failures counted not thrown,
+// allocations live at the end left allocated, and the JSON report's keys.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "baseline_fixture.hpp"
+#include "replay/replay_engine.hpp"
+#include "replay/report.hpp"
+#include "replay/trace_reader.hpp"
+#include "temp_file.hpp"
+#include "tidepool/errors.hpp"
+
+namespace tidepool::replay::testing {
+namespace {
+
+// 100 MiB of scratch, freed; a 30 MiB array carved while nothing else is live; a 36 KiB array
+// left live at the end.
+trace small_trace() {
+  temp_file file(".csv");
+  file.write(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "0,00:00:00.000001,allocate,0x1000000,104857600,0x0\n"
+      "0,00:00:00.000002,free,0x1000000,104857600,0x0\n"
+      "0,00:00:00.000003,allocate,0x2000000,31457280,0x0\n"
+      "0,00:00:00.000004,allocate,0x3000000,36864,0x0\n"
+      "0,00:00:00.000005,free,0x2000000,31457280,0x0\n");
+  return read_trace(file.path());
+}
+
+TEST(ReplayEngine, MeasuresEachBaselineOnASmallTrace) {
+  const trace t = small_trace();
+  const replay_result caching = replay_trace(t, "caching", std::make_shared<sim_driver>());
+  EXPECT_EQ(caching.operations, 5u);
+  EXPECT_EQ(caching.peak_live_bytes, 100 * MiB);
+  EXPECT_EQ(caching.live_end_bytes, 36 * KiB);
+  EXPECT_EQ(caching.live_end_allocations, 1u);
+  EXPECT_EQ(caching.peak_held_bytes, 102 * MiB);      // the 100 MiB segment + a 2 MiB small one
+  EXPECT_EQ(caching.held_end_bytes, 102 * MiB);       // the 36 KiB array is left allocated
+  EXPECT_EQ(caching.held_after_release_bytes, 2 * MiB);
+  EXPECT_EQ(caching.driver_calls, 3u);                // two cudaMalloc, one cudaFree
+  EXPECT_GT(caching.driver_us, 0.0);
+  EXPECT_DOUBLE_EQ(caching.held_ratio(), 1.02);
+  EXPECT_EQ(caching.own_held_end_bytes, caching.held_end_bytes);
+
+  const replay_result exact = replay_trace(t, "exact", std::make_shared<sim_driver>());
+  EXPECT_EQ(exact.peak_held_bytes, 100 * MiB);
+  EXPECT_EQ(exact.held_end_bytes, 41'472u);
+  EXPECT_EQ(exact.held_after_release_bytes, 41'472u);
+  EXPECT_EQ(exact.driver_calls, 5u);
+
+  const replay_result expandable = replay_trace(t, "expandable", std::make_shared<sim_driver>());
+  EXPECT_EQ(expandable.peak_held_bytes, 102 * MiB);  // five 20 MiB pages and one 2 MiB page
+  EXPECT_EQ(expandable.held_after_release_bytes, 2 * MiB);
+}
+
+TEST(ReplayEngine, CountsAFailedAllocationAndSkipsItsFree) {
+  temp_file file(".csv");
+  file.write(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "0,0.1,allocate,0x1,1048576,0x0\n"
+      "0,0.2,allocate,0x2,209715200,0x0\n"
+      "0,0.3,allocate failure,0x0,999,0x0\n"
+      "0,0.4,free,0x2,209715200,0x0\n"
+      "0,0.5,free,0x1,1048576,0x0\n");
+  const trace t = read_trace(file.path());
+  for (const std::string name : {"caching", "expandable", "cupy", "async", "exact"}) {
+    auto sim = std::make_shared<sim_driver>();
+    sim->set_capacity_limit(0, 100 * MiB);
+    const replay_result r = replay_trace(t, name, sim);
+    EXPECT_EQ(r.failures, 1u) << name;
+    EXPECT_EQ(r.recorded_failures, 1u) << name;
+    EXPECT_EQ(r.operations, 3u) << name;  // two allocations tried, one free
+    EXPECT_EQ(r.peak_live_bytes, MiB) << name;
+    EXPECT_EQ(r.live_end_bytes, 0u) << name;
+  }
+}
+
+TEST(ReplayEngine, GivesStreamsOfTheTraceRealStreams) {
+  temp_file file(".csv");
+  file.write(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "0,0.1,allocate,0x1,52428800,0x7f01\n"
+      "0,0.2,free,0x1,52428800,0x7f01\n"
+      "0,0.3,allocate,0x2,52428800,0x7f02\n");
+  const replay_result r = replay_trace(read_trace(file.path()), "caching", std::make_shared<sim_driver>());
+  EXPECT_EQ(r.peak_held_bytes, 100 * MiB);  // a block freed on one stream is not reused on another
+}
+
+TEST(ReplayEngine, ReportsUnknownAllocatorsByName) {
+  try {
+    (void)replay_trace(small_trace(), "jemalloc", std::make_shared<sim_driver>());
+    FAIL() << "no error";
+  } catch (const tidepool::error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown allocator \"jemalloc\""), std::string::npos);
+  }
+}
+
+TEST(ReplayReport, JsonHasOneObjectPerTraceAndAllocatorWithEveryKey) {
+  const trace t = small_trace();
+  std::vector<replay_result> results;
+  for (const std::string name : {"caching", "cupy"}) results.push_back(replay_trace(t, name, std::make_shared<sim_driver>()));
+  const nlohmann::json json = nlohmann::json::parse(format_json(results));
+  ASSERT_TRUE(json.is_array());
+  ASSERT_EQ(json.size(), 2u);
+  for (const char* key : {"trace", "allocator", "peak_live_bytes", "peak_held_bytes", "held_end_bytes",
+                          "held_after_release_bytes", "driver_calls", "driver_us", "ns_per_op"}) {
+    EXPECT_TRUE(json[0].contains(key)) << key;
+  }
+  EXPECT_EQ(json[0]["trace"], t.name);
+  EXPECT_EQ(json[0]["allocator"], "caching");
+  EXPECT_EQ(json[1]["allocator"], "cupy");
+  EXPECT_EQ(json[0]["peak_held_bytes"].get<std::size_t>(), 102 * MiB);
+  EXPECT_EQ(json[0]["held_after_release_bytes"].get<std::size_t>(), 2 * MiB);
+}
+
+TEST(ReplayReport, TableSaysLiveAllocationsAreLeftAllocated) {
+  const trace t = small_trace();
+  const std::string table = format_table(summarize(t), {replay_trace(t, "caching", std::make_shared<sim_driver>())});
+  EXPECT_NE(table.find("left allocated"), std::string::npos);
+  EXPECT_NE(table.find("caching"), std::string::npos);
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(14 * MiB + 256 * KiB), "14.25 MiB");
+}
+
+}  // namespace
+}  // namespace tidepool::replay::testing

@@ -1,0 +1,56 @@
+// tests/replay/temp_file.hpp: a file under the test's temporary folder, removed afterwards, and a
+// helper that writes text to it (plain or gzip-compressed).
+#pragma once
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace tidepool::replay::testing {
+
+/// A path unique to the running test, deleted when it goes out of scope.
+class temp_file {
+ public:
+  explicit temp_file(const std::string& suffix) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            (std::string("tidepool_") + info->test_suite_name() + "_" + info->name() + "_" +
+             std::to_string(counter()++) + suffix);
+  }
+  ~temp_file() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  temp_file(const temp_file&) = delete;
+  temp_file& operator=(const temp_file&) = delete;
+
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+
+  /// Writes `text`, compressed when the path ends in .gz.
+  void write(const std::string& text) const {
+    if (path_.extension() == ".gz") {
+      gzFile f = gzopen(path_.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+      ASSERT_EQ(gzclose(f), Z_OK);
+    } else {
+      std::FILE* f = std::fopen(path_.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      ASSERT_EQ(std::fwrite(text.data(), 1, text.size(), f), text.size());
+      ASSERT_EQ(std::fclose(f), 0);
+    }
+  }
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+  std::filesystem::path path_;
+};
+
+}  // namespace tidepool::replay::testing

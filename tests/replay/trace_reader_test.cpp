@@ -1,0 +1,121 @@
+// Reading RMM replay logs: valid plain and gzip files, and each kind of malformed input, whose
+// error names the file and the line.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "replay/trace_reader.hpp"
+#include "temp_file.hpp"
+#include "tidepool/errors.hpp"
+
+namespace tidepool::replay::testing {
+namespace {
+
+const std::string header = "Thread,Time,Action,Pointer,Size,Stream\n";
+
+// Reads `text` as a trace file and returns the error message (empty when it reads).
+std::string read_error(const std::string& text, const std::string& suffix = ".csv") {
+  temp_file file(suffix);
+  file.write(text);
+  try {
+    (void)read_trace(file.path());
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+    const std::string message = e.what();
+    EXPECT_NE(message.find(file.path().string()), std::string::npos) << message;
+    return message;
+  }
+  return {};
+}
+
+TEST(TraceReader, ReadsPlainAndGzipLogs) {
+  const std::string text = header +
+                           "0,08:50:46.808154,allocate,0x7efeb4000000,154389504,0x0\n"
+                           "3,08:50:46.900000,allocate,0x10,512,0x7f00aa\n"
+                           "1,08:50:47.000001,free,0x7efeb4000000,154389504,0x0\n"
+                           "0,08:50:47.5,allocate failure,0x0,1099511627776,0x0\n";
+  for (const std::string suffix : {".csv", ".csv.gz"}) {
+    temp_file file(suffix);
+    file.write(text);
+    const trace t = read_trace(file.path());
+    EXPECT_EQ(t.name, file.path().filename().string());
+    ASSERT_EQ(t.events.size(), 4u);
+    EXPECT_EQ(t.events[0].action, trace_action::allocate);
+    EXPECT_EQ(t.events[0].pointer, 0x7efeb4000000u);
+    EXPECT_EQ(t.events[0].size, 154389504u);
+    EXPECT_EQ(t.events[0].time_us, ((8 * 60 + 50) * 60 + 46) * 1'000'000LL + 808154);
+    EXPECT_EQ(t.events[1].thread, 3u);
+    EXPECT_EQ(t.events[1].stream, 0x7f00aau);
+    EXPECT_EQ(t.events[2].action, trace_action::free);
+    EXPECT_EQ(t.events[3].action, trace_action::allocate_failure);
+    EXPECT_EQ(t.events[3].time_us % 1'000'000, 500000);
+  }
+}
+
+TEST(TraceReader, AcceptsWindowsLineEndsAndBlankLines) {
+  EXPECT_EQ(read_error("Thread,Time,Action,Pointer,Size,Stream\r\n\r\n0,0.0,allocate,0x1,8,0x0\r\n"), "");
+}
+
+TEST(TraceReader, RejectsABadHeader) {
+  const std::string message = read_error("Thread,Time,Action,Pointer,Size\n0,0.0,allocate,0x1,8,0x0\n");
+  EXPECT_NE(message.find(":1: bad header"), std::string::npos) << message;
+  EXPECT_NE(read_error("").find(":1: empty file"), std::string::npos);
+}
+
+TEST(TraceReader, RejectsAWrongNumberOfFields) {
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0x1,8,0x0\n0,0.0,allocate,0x2,8\n").find(":3: expected 6 fields, found 5"),
+            std::string::npos);
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0x2,8,0x0,extra\n").find(":2: expected 6 fields, found more than 6"),
+            std::string::npos);
+}
+
+TEST(TraceReader, RejectsBadNumbers) {
+  EXPECT_NE(read_error(header + "x,0.0,allocate,0x1,8,0x0\n").find(":2: bad thread \"x\""), std::string::npos);
+  EXPECT_NE(read_error(header + "0,08:61:00.0,allocate,0x1,8,0x0\n").find(":2: bad time"), std::string::npos);
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0xZZ,8,0x0\n").find(":2: bad pointer \"0xZZ\""), std::string::npos);
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0x1,-8,0x0\n").find(":2: bad size \"-8\""), std::string::npos);
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0x1,8,stream\n").find(":2: bad stream"), std::string::npos);
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0x1,99999999999999999999999,0x0\n").find(":2: bad size"),
+            std::string::npos);
+}
+
+TEST(TraceReader, RejectsAnUnknownAction) {
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0x1,8,0x0\n0,0.0,realloc,0x1,8,0x0\n").find(":3: unknown action \"realloc\""),
+            std::string::npos);
+}
+
+TEST(TraceReader, RejectsAFreeOfAPointerThatIsNotLive) {
+  EXPECT_NE(read_error(header + "0,0.0,free,0xabc,8,0x0\n").find(":2: free of pointer 0xabc, which is not live"),
+            std::string::npos);
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0xabc,8,0x0\n0,0.0,free,0xabc,8,0x0\n0,0.0,free,0xabc,8,0x0\n")
+                .find(":4: free of pointer 0xabc"),
+            std::string::npos);
+}
+
+TEST(TraceReader, RejectsAllocatingALivePointerAgain) {
+  EXPECT_NE(read_error(header + "0,0.0,allocate,0xabc,8,0x0\n0,0.0,allocate,0xabc,16,0x0\n")
+                .find(":3: allocation of pointer 0xabc, which is already live"),
+            std::string::npos);
+  // Allowed once it was freed.
+  EXPECT_EQ(read_error(header + "0,0.0,allocate,0xabc,8,0x0\n0,0.0,free,0xabc,8,0x0\n0,0.0,allocate,0xabc,8,0x0\n"), "");
+}
+
+TEST(TraceReader, RejectsACorruptGzipFile) {
+  temp_file file(".csv.gz");
+  file.write(header + "0,0.0,allocate,0x1,8,0x0\n");
+  // Truncate the compressed stream in its middle.
+  std::filesystem::resize_file(file.path(), std::filesystem::file_size(file.path()) - 12);
+  EXPECT_THROW((void)read_trace(file.path()), error);
+}
+
+TEST(TraceReader, NamesAMissingFile) {
+  try {
+    (void)read_trace("/nonexistent/trace.csv");
+    FAIL() << "no error";
+  } catch (const error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/trace.csv: cannot open"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tidepool::replay::testing
