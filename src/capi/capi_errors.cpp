@@ -46,7 +46,11 @@ void throw_null_argument(const char* function, const char* name) {
   throw error(error_code::invalid_argument, fmt::format("{}: {} is NULL", function, name));
 }
 
-void print_last_error() noexcept { std::fprintf(stderr, "tidepool: %s\n", last_message); }
+void print_last_error() noexcept {
+  // The core's messages already start with "tidepool:"; the C API's own do not.
+  const bool prefixed = std::strncmp(last_message, "tidepool", 8) == 0;
+  std::fprintf(stderr, "%s%s\n", prefixed ? "" : "tidepool: ", last_message);
+}
 
 }  // namespace tidepool::detail
 

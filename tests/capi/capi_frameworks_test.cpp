@@ -22,7 +22,9 @@ using cupy_free_fn = void (*)(void* param, void* ptr, int device);
 
 using CApiFrameworks = process_test;
 
+// A stream on `device`, as the framework makes it (opening the device's context first).
 stream_t make_stream(sim_driver& sim, int device) {
+  EXPECT_EQ(sim.open_context(device), driver_status::success);
   stream_t stream = nullptr;
   EXPECT_EQ(sim.stream_create(device, &stream), driver_status::success);
   return stream;
