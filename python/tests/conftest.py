@@ -1,39 +1,15 @@
 """Shared setup of the Python tests: they run on the simulated GPU (TIDEPOOL_DEVICE=sim) against
-the library at $TIDEPOOL_LIBRARY (scripts/test.sh sets both). Tests that need a machine of their
-own (capacity, device count) run a script in a fresh interpreter through run_script()."""
+the library at $TIDEPOOL_LIBRARY (scripts/test.sh sets both); sim_support.py has their helpers.
+The GPU tests (gpu/) run their own child processes on the real GPU."""
 
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
 PYTHON_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PYTHON_ROOT not in sys.path:
     sys.path.insert(0, PYTHON_ROOT)
-
-MiB = 1 << 20
-GiB = 1 << 30
-
-
-def sim_environment(**variables):
-    """The environment of a child process on sim, with TIDEPOOL_SIM_* and others set."""
-    env = dict(os.environ)
-    env["TIDEPOOL_DEVICE"] = "sim"
-    env["PYTHONPATH"] = PYTHON_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    env.update({k: str(v) for k, v in variables.items()})
-    return env
-
-
-def run_script(source, **variables):
-    """Runs `source` in a fresh interpreter on sim; returns its stdout. Fails the test with the
-    child's output if it exits non-zero."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(source)],
-                            env=sim_environment(**variables), capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, f"child failed:\n{result.stdout}\n{result.stderr}"
-    return result.stdout
 
 
 @pytest.fixture(scope="session", autouse=True)

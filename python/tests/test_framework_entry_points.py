@@ -5,7 +5,7 @@ malloc/free), and the per-thread current stream CuPy's allocations follow."""
 import ctypes
 import threading
 
-from conftest import MiB
+from sim_support import MiB
 from tidepool import _library
 
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from conftest import run_script, sim_environment
+from sim_support import run_script, sim_environment
 
 C_API_SYMBOLS = [
     "tidepool_version", "tidepool_last_error", "tidepool_last_status", "tidepool_status_name",

@@ -3,7 +3,7 @@ from release_cached_memory, their bytes counted, removable."""
 
 import pytest
 
-from conftest import GiB, MiB, run_script
+from sim_support import GiB, MiB, run_script
 
 SIZE_MAX = 2**64 - 1
 

@@ -1,7 +1,7 @@
 """tidepool.release_cached_memory(): exact bytes from the allocators' own counts, only on GPUs
 this process opened, garbage collection where it frees something, verbose output."""
 
-from conftest import MiB, run_script
+from sim_support import MiB, run_script
 
 
 def test_release_returns_what_the_pools_handed_back(tp):

@@ -1,6 +1,6 @@
 """tidepool.summary() and tidepool.available_bytes() on a machine of known size."""
 
-from conftest import GiB, MiB, run_script
+from sim_support import GiB, MiB, run_script
 
 
 def test_summary_lists_used_devices_only():

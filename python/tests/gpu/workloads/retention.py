@@ -1,0 +1,69 @@
+"""The retention workload of DESIGN 1.1 (traces/loader.csv.gz, the loader-shaped RMM log made by
+`tidepool generate-loader`), replayed through a framework's allocator: every allocation becomes a
+framework array, every free drops it. Prints peak held / peak live and what is held after the
+inputs close and release_cached_memory() runs ("held" is NVML's figure for this process minus what
+it held before the workload).
+Arguments: torch|cupy, then tidepool|default."""
+
+import csv
+import gzip
+import sys
+
+import tidepool
+from common import emit
+
+framework, allocator = sys.argv[1], sys.argv[2]
+trace = sys.argv[3]
+
+if framework == "torch":
+    import torch
+
+    if allocator == "tidepool":
+        tidepool.torch.use()
+    from common import torch_memory as process_memory
+
+    def make(size):
+        return torch.empty(size, dtype=torch.uint8, device="cuda")
+
+    def sync():
+        torch.cuda.synchronize()
+
+    torch.ones(1, device="cuda").sum().item()
+else:
+    import cupy
+
+    if allocator == "tidepool":
+        tidepool.cupy.use()
+    from common import cupy_memory as process_memory
+
+    def make(size):
+        return cupy.empty(size, dtype=cupy.uint8)
+
+    def sync():
+        cupy.cuda.Device().synchronize()
+
+    cupy.ones(1).sum().item()
+
+tidepool.release_cached_memory()
+memory = process_memory()
+baseline = memory.bytes()
+live = {}
+live_bytes = peak_live = peak_held = 0
+with gzip.open(trace, "rt") as rows:
+    for row in csv.DictReader(rows):
+        pointer, size = row["Pointer"], int(row["Size"])
+        if row["Action"] == "allocate":
+            live[pointer] = (make(size), size)
+            live_bytes += size
+            peak_live = max(peak_live, live_bytes)
+            peak_held = max(peak_held, memory.bytes() - baseline)
+        elif row["Action"] == "free":
+            _, freed = live.pop(pointer)
+            live_bytes -= freed
+sync()
+released = tidepool.release_cached_memory()
+held_after = memory.bytes() - baseline
+emit({"framework": framework, "allocator": allocator, "peak_live": peak_live,
+      "peak_held": peak_held, "peak_ratio": peak_held / peak_live, "live_after": live_bytes,
+      "held_after": held_after, "held_after_ratio": held_after / max(live_bytes, 1),
+      "released": released})
