@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include "gpu_support.hpp"
@@ -14,3 +15,9 @@
     const std::string tidepool_gpu_reason = tidepool::cuda_driver_unavailable_reason(); \
     if (!tidepool_gpu_reason.empty()) GTEST_SKIP() << tidepool_gpu_reason;                \
   } while (0)
+
+namespace tidepool::gpu_test {
+/// stdout unbuffered: a test that crashes the process (a fault on the GPU) still shows the
+/// figures it printed before.
+inline const bool stdout_unbuffered = (std::setvbuf(stdout, nullptr, _IONBF, 0), true);
+}  // namespace tidepool::gpu_test

@@ -258,42 +258,47 @@ TEST(PoolOnGpu, ReleaseReturnsExactlyWhatNvmlSees) {
 TEST(PoolOnGpu, NeverUnmapsMemoryQueuedWorkUses) {
   TIDEPOOL_REQUIRE_GPU();
   auto drv = make_cuda_driver();
-  pool p(drv, 0);
   gpu_test::make_current(*drv);
   gpu_test::stream_occupier busy;
   stream_t s = nullptr;
   stream_t other = nullptr;
   ASSERT_EQ(drv->stream_create(0, &s), driver_status::success);
   ASSERT_EQ(drv->stream_create(0, &other), driver_status::success);
-  const std::size_t bytes = 256 * MiB;
-  CUdeviceptr witness = 0;
-  check(cu().cuMemAlloc(&witness, bytes), "cuMemAlloc");
-  check(cu().cuMemsetD8(witness, 0, bytes), "cuMemsetD8");
+  // The pool records events on every stream it has seen when it is destroyed, so the streams
+  // must outlive it (a destroyed CUstream is freed memory to the driver): the pool lives in
+  // this inner scope.
+  {
+    pool p(drv, 0);
+    const std::size_t bytes = 256 * MiB;
+    CUdeviceptr witness = 0;
+    check(cu().cuMemAlloc(&witness, bytes), "cuMemAlloc");
+    check(cu().cuMemsetD8(witness, 0, bytes), "cuMemsetD8");
 
-  void* block = p.allocate(bytes, s);
-  const auto cs = reinterpret_cast<CUstream>(s);
-  busy.occupy(cs, 400);
-  check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(block), 0x7e, bytes, cs), "cuMemsetD8Async");
-  check(cu().cuMemcpyDtoDAsync(witness, reinterpret_cast<CUdeviceptr>(block), bytes, cs), "cuMemcpyDtoDAsync");
-  p.deallocate(block, s);
-  const bool busy_before = cu().cuStreamQuery(cs) == CUDA_ERROR_NOT_READY;
-  const std::size_t returned = p.release();
-  const bool busy_after_release = cu().cuStreamQuery(cs) == CUDA_ERROR_NOT_READY;
-  // A request on another stream: the freed block's handles must not be unmapped under the queued work.
-  void* elsewhere = p.allocate(2 * bytes, other);
-  check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(elsewhere), 0x11, 2 * bytes, reinterpret_cast<CUstream>(other)),
-        "cuMemsetD8Async");
-  const CUresult finished = cu().cuStreamSynchronize(cs);
-  ASSERT_EQ(finished, CUDA_SUCCESS) << detail::cuda_error_name(finished) << " (unmapped under queued work?)";
-  check(cu().cuStreamSynchronize(reinterpret_cast<CUstream>(other)), "cuStreamSynchronize");
-  std::printf("[figure] queued work (%s) busy before release: %s, after release: %s; release() returned %zu bytes\n",
-              busy.method(), busy_before ? "yes" : "no", busy_after_release ? "yes" : "no", returned);
-  EXPECT_TRUE(busy_before) << "the test needs the stream busy while the pool frees and releases";
-  EXPECT_EQ(first_mismatch(witness, bytes, 0x7e), -1) << "the queued memset's bytes did not land";
-  EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(elsewhere), 2 * bytes, 0x11), -1);
-  p.deallocate(elsewhere, other);
-  p.release();
-  check(cu().cuMemFree(witness), "cuMemFree");
+    void* block = p.allocate(bytes, s);
+    const auto cs = reinterpret_cast<CUstream>(s);
+    busy.occupy(cs, 400);
+    check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(block), 0x7e, bytes, cs), "cuMemsetD8Async");
+    check(cu().cuMemcpyDtoDAsync(witness, reinterpret_cast<CUdeviceptr>(block), bytes, cs), "cuMemcpyDtoDAsync");
+    p.deallocate(block, s);
+    const bool busy_before = cu().cuStreamQuery(cs) == CUDA_ERROR_NOT_READY;
+    const std::size_t returned = p.release();
+    const bool busy_after_release = cu().cuStreamQuery(cs) == CUDA_ERROR_NOT_READY;
+    // A request on another stream: the freed block's handles must not be unmapped under the queued work.
+    void* elsewhere = p.allocate(2 * bytes, other);
+    check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(elsewhere), 0x11, 2 * bytes, reinterpret_cast<CUstream>(other)),
+          "cuMemsetD8Async");
+    const CUresult finished = cu().cuStreamSynchronize(cs);
+    ASSERT_EQ(finished, CUDA_SUCCESS) << detail::cuda_error_name(finished) << " (unmapped under queued work?)";
+    check(cu().cuStreamSynchronize(reinterpret_cast<CUstream>(other)), "cuStreamSynchronize");
+    std::printf("[figure] queued work (%s) busy before release: %s, after release: %s; release() returned %zu bytes\n",
+                busy.method(), busy_before ? "yes" : "no", busy_after_release ? "yes" : "no", returned);
+    EXPECT_TRUE(busy_before) << "the test needs the stream busy while the pool frees and releases";
+    EXPECT_EQ(first_mismatch(witness, bytes, 0x7e), -1) << "the queued memset's bytes did not land";
+    EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(elsewhere), 2 * bytes, 0x11), -1);
+    p.deallocate(elsewhere, other);
+    p.release();
+    check(cu().cuMemFree(witness), "cuMemFree");
+  }
   EXPECT_EQ(drv->stream_destroy(0, s), driver_status::success);
   EXPECT_EQ(drv->stream_destroy(0, other), driver_status::success);
 }
