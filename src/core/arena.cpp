@@ -139,30 +139,58 @@ driver_status arena::reserve_range(std::size_t at_least, block*& space) {
 
 driver_status arena::open_window(std::size_t bytes, window& w) {
   const std::size_t g = pages_.granularity();
+  auto free_neighbour = [](block* b) {
+    return b != nullptr && b->state == block_state::free_mapped && b->owner == 0 ? b : nullptr;
+  };
+  // Bytes to map if the request is placed in `room`, starting at the free block below it;
+  // 0 if it does not fit.
+  auto cost = [&](block* room) -> std::size_t {
+    const block* below = free_neighbour(room->prev);
+    const block* above = free_neighbour(room->next);
+    const std::size_t have = below != nullptr ? below->size : 0;
+    const std::size_t after = above != nullptr ? above->size : 0;
+    if (have + room->size + after < bytes) return 0;
+    return std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
+  };
   block probe;
-  probe.size = round_up(bytes, g);
   probe.address = 0;
+  probe.size = round_up(bytes, g) > 2 * g ? round_up(bytes, g) - 2 * g : g;
   block* room = nullptr;
-  auto it = rooms_.lower_bound(&probe);
-  if (it == rooms_.end()) {
+  std::size_t best_cost = 0;
+  unsigned scanned = 0;
+  for (auto it = rooms_.lower_bound(&probe); it != rooms_.end() && scanned < max_room_scan; ++it, ++scanned) {
+    const std::size_t c = cost(*it);
+    if (c != 0 && (room == nullptr || c < best_cost)) {
+      room = *it;
+      best_cost = c;
+      if (c == room->size) break;  // fills its room exactly: nothing better to find
+    }
+  }
+  if (room == nullptr) {
+    probe.size = round_up(bytes, g);
+    auto fit = rooms_.lower_bound(&probe);
+    if (fit != rooms_.end()) room = *fit;
+  }
+  if (room == nullptr) {
     const driver_status status = reserve_range(bytes, room);
     if (status != driver_status::success) return status;
   } else {
-    room = *it;
-    rooms_.erase(it);
+    rooms_.erase(room);
     room->state = block_state::busy;
   }
-  block* below = room->prev;
-  if (below != nullptr && below->state == block_state::free_mapped && below->owner == 0) {
-    slots_[0]->remove(below);
-    below->state = block_state::busy;
-  } else {
-    below = nullptr;
-  }
+  block* below = free_neighbour(room->prev);
+  block* above = free_neighbour(room->next);
   const std::size_t have = below != nullptr ? below->size : 0;
+  w.map_bytes = std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
+  if (w.map_bytes < room->size || have + room->size >= bytes) above = nullptr;  // not needed
+  for (block* b : {below, above}) {
+    if (b == nullptr) continue;
+    slots_[0]->remove(b);
+    b->state = block_state::busy;
+  }
   w.below = below;
   w.room = room;
-  w.map_bytes = bytes > have ? round_up(bytes - have, g) : 0;
+  w.above = above;
   w.cursor = room->address;
   return driver_status::success;
 }
@@ -170,11 +198,13 @@ driver_status arena::open_window(std::size_t bytes, window& w) {
 void arena::close_window(window& w, std::uint64_t tick) {
   block* room = w.room;
   const std::size_t mapped = w.cursor - room->address;
+  for (block* b : {w.below, w.above}) {
+    if (b != nullptr) b->state = block_state::free_mapped;
+  }
   if (mapped == 0) {
     coalesce_unmapped(room);
-    if (w.below != nullptr) {
-      w.below->state = block_state::free_mapped;
-      slots_[0]->insert(w.below);
+    for (block* b : {w.below, w.above}) {
+      if (b != nullptr) slots_[0]->insert(b);
     }
     w = window{};
     return;
@@ -188,8 +218,9 @@ void arena::close_window(window& w, std::uint64_t tick) {
   room->free_sequence = 0;
   room->freed_tick = tick;
   if (w.below != nullptr) absorb_prev(room);
+  if (w.above != nullptr && room->next != w.above) slots_[0]->insert(w.above);  // room not all mapped
   if (block* n = room->next; n != nullptr && n->state == block_state::free_mapped && n->owner == 0) {
-    slots_[0]->remove(n);
+    if (n != w.above) slots_[0]->remove(n);
     absorb_next(room);
   }
   slots_[0]->insert(room);
@@ -215,7 +246,10 @@ driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, st
     return page_table::no_handle;
   };
   std::vector<block*> candidates;
-  for (unsigned bin = any.highest_nonempty(); bin < free_index::bins && want > 0; bin = any.previous_nonempty(bin)) {
+  // Smallest blocks first: a large free block is worth more whole (it serves a large request with
+  // no driver call) than cut up, while a small one may hold a whole handle it will never use.
+  for (unsigned bin = any.next_nonempty(free_index::bin_of(g)); bin < free_index::bins && want > 0;
+       bin = any.next_nonempty(bin + 1)) {
     candidates.clear();
     for (block* b = any.head(bin); b != nullptr; b = b->link_next) {
       if (b->size >= g && b->freed_tick <= freed_by) candidates.push_back(b);

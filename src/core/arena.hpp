@@ -1,8 +1,12 @@
-// An arena: the blocks of one region kind (small or large requests, scratch or persistent) in
-// reserved address ranges of its own, and the free indices that reuse them.
+// An arena: the blocks of one region kind (small, medium or huge requests, scratch or persistent)
+// in reserved address ranges of its own, and the free indices that reuse them.
 //
 // Keeping kinds apart is what stops retention: a small or persistent block is never carved from a
-// freed scratch region, so it never pins one (DESIGN 1.1). Within an arena:
+// freed scratch region, so it never pins one (DESIGN 1.1). The medium/huge split does the same for
+// handles: huge requests map large handles (cheap to create, DESIGN 2a), and only huge blocks are
+// ever placed on them, so a medium block that outlives them cannot pin 64 MiB for a few MiB of its
+// own (measured on the loader trace: with one large tier, peak held / peak live was 1.05 with
+// large handles and driver time 6x higher with 2 MiB ones). Within an arena:
 //  - free blocks with every page mapped sit in a free index per stream slot (slot 0: any stream);
 //    take() and give_back() are the fast path: split, coalesce, no driver call;
 //  - free address space with no page mapped sits in a by-size set, the room growth maps into;
@@ -26,13 +30,18 @@
 
 namespace tidepool::detail {
 
-/// The four regions of a pool.
-enum class arena_kind : std::uint8_t { small_scratch, small_persistent, large_scratch, large_persistent };
+/// The regions of a pool: three size tiers, each for scratch and for persistent requests.
+enum class arena_kind : std::uint8_t {
+  small_scratch, small_persistent,    ///< below options.small_size_threshold (1 MiB)
+  medium_scratch, medium_persistent,  ///< up to 16 granules (32 MiB): 2 MiB handles
+  huge_scratch, huge_persistent,      ///< larger: larger handles (page_table::handle_size_for)
+};
+inline constexpr unsigned arena_kinds = 6;
 
 struct arena_settings {
-  arena_kind kind = arena_kind::large_scratch;
+  arena_kind kind = arena_kind::medium_scratch;
   bool virtual_memory = true;
-  bool small = false;               ///< holds requests below the small-size threshold
+  bool large_handles = false;       ///< may map handles larger than the granularity
   std::size_t range_bytes = 0;      ///< size of each address reservation
 };
 
@@ -80,16 +89,19 @@ class arena {
   struct window {
     block* below = nullptr;  ///< a free mapped block just below `room`, joined to it (or nullptr)
     block* room = nullptr;   ///< free unmapped space (busy while the window is open)
+    block* above = nullptr;  ///< a free mapped block just above `room`, joined if room is all mapped
     std::size_t map_bytes = 0;       ///< bytes that must be mapped from room->address
     device_address cursor = 0;       ///< where the next handle goes
   };
-  /// Opens a window for `bytes`, reserving a new range when no free space fits.
+  /// Opens a window for `bytes`, reserving a new range when no free space fits. Of the rooms
+  /// that fit (with the free mapped blocks on either side), the one needing the fewest bytes
+  /// mapped wins: so the free tail of a page next to a live block is used, not stranded.
   driver_status open_window(std::size_t bytes, window& w);
   /// Turns [room start, cursor) into a free mapped block of any stream (freed at `tick`) and
   /// returns the rest of the room.
   void close_window(window& w, std::uint64_t tick);
   /// Unmaps whole handles that lie in free blocks of any stream freed at or before `freed_by`
-  /// (largest blocks first), while `want` > 0, each no larger than `room`; appends their ids to
+  /// (smallest blocks first), while `want` > 0, each no larger than `room`; appends their ids to
   /// `out` and subtracts their sizes from `want` and `room`.
   driver_status unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
                                    std::vector<std::uint32_t>& out);
@@ -179,6 +191,8 @@ class arena {
       return a->size != b->size ? a->size < b->size : a->address < b->address;
     }
   };
+
+  static constexpr unsigned max_room_scan = 64;
 
   arena_settings settings_;
   page_table& pages_;

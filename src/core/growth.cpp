@@ -72,7 +72,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   std::size_t want = w.map_bytes;
   std::size_t room = w.room->size;
   if (want > 0) {
-    std::array<arena*, 4> order{};
+    std::array<arena*, arena_kinds> order{};
     order[0] = &where;
     unsigned n = 1;
     for (auto& a : arenas_) {
@@ -107,7 +107,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   // New handles for what stealing could not cover.
   std::size_t remaining = failure == driver_status::success && w.map_bytes > mapped ? w.map_bytes - mapped : 0;
   while (remaining > 0) {
-    const std::size_t handle_size = pages_.handle_size_for(size, remaining, where.settings().small);
+    const std::size_t handle_size = pages_.handle_size_for(size, remaining, where.settings().large_handles);
     if (!within_limits(handle_size, headroom_budget)) {
       result = growth::no_memory;
       break;

@@ -97,9 +97,8 @@ class pool_impl {
   enum class growth { grown, no_memory };
 
   [[nodiscard]] arena& arena_for(std::size_t size, lifetime hint) noexcept {
-    const bool small = size < options_.small_size_threshold;
-    const bool persistent = hint == lifetime::persistent;
-    return *arenas_[(small ? 0u : 2u) + (persistent ? 1u : 0u)];
+    const unsigned tier = size < options_.small_size_threshold ? 0u : size < huge_threshold_ ? 2u : 4u;
+    return *arenas_[tier + (hint == lifetime::persistent ? 1u : 0u)];
   }
 
   // pool_impl.cpp
@@ -132,7 +131,7 @@ class pool_impl {
   driver_calls calls_;
   page_table pages_;
   block_slab slab_;
-  std::array<std::unique_ptr<arena>, 4> arenas_;
+  std::array<std::unique_ptr<arena>, arena_kinds> arenas_;
   address_map live_;
   stream_registry streams_;
   event_pool events_;
@@ -143,6 +142,7 @@ class pool_impl {
   bool virtual_memory_ = true;
   bool automatic_release_ = false;
   std::size_t device_total_ = 0;
+  std::size_t huge_threshold_ = 0;  // requests from here on go to the huge arenas
   std::size_t in_use_ = 0;
   std::size_t requested_ = 0;
   std::size_t peak_in_use_ = 0;
