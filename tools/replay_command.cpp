@@ -71,11 +71,14 @@ void run_replay(const replay_settings& settings) {
   if (settings.json) {
     fmt::print("{}", replay::format_json(all));
   } else {
+    const bool sim = settings.device == "sim";
     fmt::print(
-        "held: physical memory the allocator holds from the driver ({}). driver calls: reserve, create, map,\n"
-        "set access, unmap, release, alloc, free; time modelled on sim from H200 measurements. ns/op: wall time\n"
-        "inside allocate/free per call.\n",
-        settings.device == "sim" ? "sim_driver::physical_bytes, exact" : "the allocator's own count; NVML beside it");
+        "held: physical memory the allocator holds from the driver ({}).\n"
+        "drv calls: reserve, address free, create, map, set access, unmap, release, alloc, free; drv time: {}.\n"
+        "ns/op: wall time inside allocate/free per call{}.\n",
+        sim ? "sim_driver::physical_bytes, exact" : "the allocator's own count; NVML's process figure beside it",
+        sim ? "modelled from the H200 measurements (DESIGN 2a)" : "measured",
+        sim ? "" : " (driver calls included)");
   }
 }
 

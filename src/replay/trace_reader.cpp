@@ -92,7 +92,13 @@ trace_reader::trace_reader(const std::filesystem::path& path) : path_(path) {
     throw error(error_code::invalid_argument, fmt::format("{}: cannot open the trace", path.string()));
   }
   gzbuffer(static_cast<gzFile>(file_), 1u << 16);
-  check_header();
+  try {
+    check_header();
+  } catch (...) {
+    gzclose(static_cast<gzFile>(file_));  // the destructor does not run for a throwing constructor
+    file_ = nullptr;
+    throw;
+  }
 }
 
 trace_reader::~trace_reader() {

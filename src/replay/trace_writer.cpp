@@ -20,16 +20,24 @@ trace_writer::trace_writer(const std::filesystem::path& path)
     throw error(error_code::invalid_argument, fmt::format("{}: cannot create the trace", path.string()));
   }
   static constexpr char header[] = "Thread,Time,Action,Pointer,Size,Stream\n";
-  put(header, sizeof(header) - 1);
+  try {
+    put(header, sizeof(header) - 1);
+  } catch (...) {
+    close_quietly();  // the destructor does not run for a throwing constructor
+    throw;
+  }
 }
 
-trace_writer::~trace_writer() {
+trace_writer::~trace_writer() { close_quietly(); }
+
+void trace_writer::close_quietly() noexcept {
   if (file_ == nullptr) return;
   if (compress_) {
     gzclose(static_cast<gzFile>(file_));
   } else {
     std::fclose(static_cast<std::FILE*>(file_));
   }
+  file_ = nullptr;
 }
 
 void trace_writer::put(const char* data, std::size_t size) {

@@ -26,6 +26,7 @@ class trace_writer {
 
  private:
   void put(const char* data, std::size_t size);
+  void close_quietly() noexcept;
 
   std::filesystem::path path_;
   void* file_ = nullptr;  // gzFile when compressing, FILE* otherwise
