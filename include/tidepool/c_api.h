@@ -85,6 +85,20 @@ typedef struct tidepool_stats_t {
   double driver_microseconds;       /**< their time (measured on cuda, modelled on sim) */
 } tidepool_stats_t;
 
+/** Options of the pools made from now on (tidepool::pool_options). Set struct_size to
+ *  sizeof(tidepool_pool_options_t); fields past the caller's struct keep their defaults. */
+typedef struct tidepool_pool_options_t {
+  uint64_t struct_size;
+  uint64_t byte_cap;              /**< never map more than this (UINT64_MAX: no cap) */
+  uint64_t headroom;              /**< leave this much free on the device */
+  uint64_t small_size_threshold;  /**< requests below it are packed into pages of their own */
+  uint64_t max_cached_bytes;      /**< keep at most this much cached (UINT64_MAX: no limit) */
+  uint64_t decay_milliseconds;    /**< free pages unused this long go back (0: never) */
+  uint64_t address_range_bytes;   /**< reserve address space in ranges of this size (0: auto) */
+  int32_t immediate_release;      /**< 1: hand free pages back at once */
+  int32_t reserved_;              /**< zero */
+} tidepool_pool_options_t;
+
 /** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return
  *  the bytes handed back to the driver (0 if unknown). Must not allocate from tidepool. Called
  *  when an allocation would fail, and with bytes_needed = SIZE_MAX by release_cached_memory. */
@@ -148,6 +162,12 @@ TIDEPOOL_API tidepool_status tidepool_release_cached_memory(size_t* bytes);
 /** The largest allocation that could succeed on `device` now (cache + driver free, within the
  *  pool's byte cap and headroom). Opens no context. */
 TIDEPOOL_API tidepool_status tidepool_available_bytes(int device, size_t* bytes);
+
+/** Sets the options of pools made from now on; pools that exist keep theirs. Call it before the
+ *  first allocation. */
+TIDEPOOL_API tidepool_status tidepool_set_default_pool_options(const tidepool_pool_options_t* options);
+/** The options pools are made with now (the defaults until set); honours struct_size. */
+TIDEPOOL_API tidepool_status tidepool_get_default_pool_options(tidepool_pool_options_t* options);
 
 /** Registers a reclaim hook for every device; *id identifies it for removal. */
 TIDEPOOL_API tidepool_status tidepool_add_reclaim_hook(tidepool_reclaim_fn hook, void* user_data,

@@ -39,6 +39,12 @@ pool* find_owning_pool(const void* ptr) {
   return nullptr;
 }
 
+pool_options default_pool_options() {
+  auto& state = process();
+  std::lock_guard lock(state.mutex);
+  return state.options;
+}
+
 void reset_process_for_testing() {
   auto& state = process();
   std::lock_guard lock(state.mutex);

@@ -46,6 +46,9 @@ process_state& process();
 /// tidepool::error naming a malformed variable.
 std::shared_ptr<driver> driver_from_environment();
 
+/// The options pools are made with now (set_default_pool_options(), else the defaults).
+pool_options default_pool_options();
+
 /// The pool of `device` if it exists, else nullptr. Never creates one; never throws.
 pool* find_pool(int device) noexcept;
 

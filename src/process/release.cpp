@@ -73,12 +73,7 @@ std::size_t available_bytes(int device) {
   check_device(*drv, device);
   // No pool yet: what a pool made now with the default options could map. The driver answers
   // memory_info without opening a context (NVML on cuda).
-  pool_options options;
-  {
-    auto& state = detail::process();
-    std::lock_guard lock(state.mutex);
-    options = state.options;
-  }
+  const pool_options options = detail::default_pool_options();
   const device_memory_info info = drv->memory_info(device);
   std::size_t bytes = info.free > options.headroom ? info.free - options.headroom : 0;
   bytes = std::min(bytes, options.byte_cap);

@@ -1,0 +1,72 @@
+"""tidepool.set_pool_options(): the options of the pools made from now on (byte cap, headroom,
+release policy), over tidepool_set_default_pool_options."""
+
+import ctypes
+
+from . import _library
+
+_NO_LIMIT = 2**64 - 1
+
+
+class CPoolOptions(ctypes.Structure):
+    """tidepool_pool_options_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("byte_cap", ctypes.c_uint64),
+        ("headroom", ctypes.c_uint64),
+        ("small_size_threshold", ctypes.c_uint64),
+        ("max_cached_bytes", ctypes.c_uint64),
+        ("decay_milliseconds", ctypes.c_uint64),
+        ("address_range_bytes", ctypes.c_uint64),
+        ("immediate_release", ctypes.c_int32),
+        ("reserved_", ctypes.c_int32),
+    ]
+
+
+def _declare(lib):
+    lib.tidepool_set_default_pool_options.restype = ctypes.c_int
+    lib.tidepool_set_default_pool_options.argtypes = [ctypes.POINTER(CPoolOptions)]
+    lib.tidepool_get_default_pool_options.restype = ctypes.c_int
+    lib.tidepool_get_default_pool_options.argtypes = [ctypes.POINTER(CPoolOptions)]
+
+
+_library.on_load(_declare)
+
+
+def get_pool_options():
+    """The options pools are made with now, as a dict (None: no limit)."""
+    raw = CPoolOptions(struct_size=ctypes.sizeof(CPoolOptions))
+    _library.check(_library.load().tidepool_get_default_pool_options(ctypes.byref(raw)))
+    return {
+        "byte_cap": None if raw.byte_cap == _NO_LIMIT else raw.byte_cap,
+        "headroom": raw.headroom,
+        "small_size_threshold": raw.small_size_threshold,
+        "max_cached_bytes": None if raw.max_cached_bytes == _NO_LIMIT else raw.max_cached_bytes,
+        "decay_ms": raw.decay_milliseconds,
+        "address_range_bytes": raw.address_range_bytes,
+        "immediate_release": bool(raw.immediate_release),
+    }
+
+
+def set_pool_options(**changes):
+    """Changes the options of pools made from now on (call before the first allocation; pools
+    that exist keep theirs). Keys: byte_cap (bytes, None: no cap), headroom (bytes left free on
+    the device), small_size_threshold, max_cached_bytes (None: no limit), decay_ms (free pages
+    unused this long go back; 0: never), address_range_bytes, immediate_release (bool)."""
+    options = get_pool_options()
+    unknown = set(changes) - set(options)
+    if unknown:
+        raise TypeError(f"unknown pool options: {', '.join(sorted(unknown))}; "
+                        f"known: {', '.join(sorted(options))}")
+    options.update(changes)
+    raw = CPoolOptions(struct_size=ctypes.sizeof(CPoolOptions))
+    raw.byte_cap = _NO_LIMIT if options["byte_cap"] is None else int(options["byte_cap"])
+    raw.headroom = int(options["headroom"])
+    raw.small_size_threshold = int(options["small_size_threshold"])
+    raw.max_cached_bytes = (_NO_LIMIT if options["max_cached_bytes"] is None
+                            else int(options["max_cached_bytes"]))
+    raw.decay_milliseconds = int(options["decay_ms"])
+    raw.address_range_bytes = int(options["address_range_bytes"])
+    raw.immediate_release = 1 if options["immediate_release"] else 0
+    _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))

@@ -1,0 +1,92 @@
+// The C API's pool options: tidepool_pool_options_t to and from tidepool::pool_options, honouring
+// the caller's struct_size so that older callers keep working when fields are appended.
+#include <chrono>
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "capi/capi_guard.hpp"
+#include "process/process_state.hpp"
+#include "tidepool/c_api.h"
+#include "tidepool/process.hpp"
+
+namespace tidepool::detail {
+namespace {
+
+tidepool_pool_options_t to_c_options(const pool_options& o) {
+  tidepool_pool_options_t c{};
+  c.struct_size = sizeof(tidepool_pool_options_t);
+  c.byte_cap = o.byte_cap;
+  c.headroom = o.headroom;
+  c.small_size_threshold = o.small_size_threshold;
+  c.max_cached_bytes = o.release.max_cached_bytes;
+  c.decay_milliseconds = static_cast<std::uint64_t>(o.release.decay.count());
+  c.address_range_bytes = o.address_range_bytes;
+  c.immediate_release = o.release.immediate ? 1 : 0;
+  return c;
+}
+
+pool_options from_c_options(const tidepool_pool_options_t& c) {
+  if (c.immediate_release != 0 && c.immediate_release != 1) {
+    throw error(error_code::invalid_argument,
+                fmt::format("immediate_release is {}: expected 0 or 1", c.immediate_release));
+  }
+  constexpr auto max_ms = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (c.decay_milliseconds > max_ms) {
+    throw error(error_code::invalid_argument,
+                fmt::format("decay_milliseconds {} is too large", c.decay_milliseconds));
+  }
+  pool_options o;
+  o.byte_cap = static_cast<std::size_t>(c.byte_cap);
+  o.headroom = static_cast<std::size_t>(c.headroom);
+  o.small_size_threshold = static_cast<std::size_t>(c.small_size_threshold);
+  o.release.max_cached_bytes = static_cast<std::size_t>(c.max_cached_bytes);
+  o.release.decay = std::chrono::milliseconds(static_cast<std::int64_t>(c.decay_milliseconds));
+  o.release.immediate = c.immediate_release == 1;
+  o.address_range_bytes = static_cast<std::size_t>(c.address_range_bytes);
+  return o;
+}
+
+void check_struct_size(std::uint64_t size, const char* function) {
+  if (size < sizeof(std::uint64_t)) {
+    throw error(error_code::invalid_argument,
+                fmt::format("{}: struct_size is {}; set it to sizeof(tidepool_pool_options_t)",
+                            function, size));
+  }
+}
+
+}  // namespace
+}  // namespace tidepool::detail
+
+extern "C" {
+
+tidepool_status tidepool_set_default_pool_options(const tidepool_pool_options_t* options) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (options == nullptr) throw_null_argument("tidepool_set_default_pool_options", "options");
+    check_struct_size(options->struct_size, "tidepool_set_default_pool_options");
+    // Fields the caller's struct does not have keep the values in force.
+    tidepool_pool_options_t merged = to_c_options(default_pool_options());
+    const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof merged);
+    std::memcpy(&merged, options, static_cast<std::size_t>(bytes));
+    tidepool::set_default_pool_options(from_c_options(merged));
+  });
+}
+
+tidepool_status tidepool_get_default_pool_options(tidepool_pool_options_t* options) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (options == nullptr) throw_null_argument("tidepool_get_default_pool_options", "options");
+    check_struct_size(options->struct_size, "tidepool_get_default_pool_options");
+    const tidepool_pool_options_t current = to_c_options(default_pool_options());
+    const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof current);
+    const std::size_t skip = sizeof current.struct_size;
+    std::memcpy(reinterpret_cast<char*>(options) + skip, reinterpret_cast<const char*>(&current) + skip,
+                static_cast<std::size_t>(bytes) - skip);
+  });
+}
+
+}  // extern "C"

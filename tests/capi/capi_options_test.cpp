@@ -1,0 +1,88 @@
+// Tests of the C API's pool options and of tidepool_last_status().
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "process/process_fixture.hpp"
+#include "tidepool/c_api.h"
+
+namespace tidepool::testing {
+namespace {
+
+using CApiOptions = process_test;
+
+TEST_F(CApiOptions, PoolsMadeAfterwardsGetTheOptions) {
+  use_small_sim(2);
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(options.byte_cap, UINT64_MAX);  // the defaults
+  EXPECT_EQ(options.immediate_release, 0);
+  options.byte_cap = 128 * MiB;
+  options.headroom = 16 * MiB;
+  options.decay_milliseconds = 250;
+  ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  const pool_options& made = device_pool(1).options();
+  EXPECT_EQ(made.byte_cap, 128 * MiB);
+  EXPECT_EQ(made.headroom, 16 * MiB);
+  EXPECT_EQ(made.release.decay.count(), 250);
+  void* ptr = nullptr;
+  EXPECT_EQ(tidepool_allocate(256 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_OUT_OF_MEMORY);
+  std::size_t available = 0;
+  ASSERT_EQ(tidepool_available_bytes(1, &available), TIDEPOOL_SUCCESS);
+  EXPECT_LE(available, 128 * MiB);
+}
+
+TEST_F(CApiOptions, AnOlderCallersStructChangesOnlyItsFields) {
+  use_small_sim();
+  tidepool_pool_options_t full{};
+  full.struct_size = sizeof full;
+  full.byte_cap = UINT64_MAX;
+  full.small_size_threshold = MiB;
+  full.max_cached_bytes = 64 * MiB;  // set now, outside the older struct below
+  full.headroom = 0;
+  ASSERT_EQ(tidepool_set_default_pool_options(&full), TIDEPOOL_SUCCESS);
+  tidepool_pool_options_t older{};
+  older.struct_size = offsetof(tidepool_pool_options_t, small_size_threshold);  // cap, headroom
+  older.byte_cap = 512 * MiB;
+  older.headroom = 8 * MiB;
+  older.max_cached_bytes = 1;  // beyond its struct_size: ignored
+  ASSERT_EQ(tidepool_set_default_pool_options(&older), TIDEPOOL_SUCCESS);
+  tidepool_pool_options_t now{};
+  now.struct_size = sizeof now;
+  ASSERT_EQ(tidepool_get_default_pool_options(&now), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(now.byte_cap, 512 * MiB);
+  EXPECT_EQ(now.headroom, 8 * MiB);
+  EXPECT_EQ(now.max_cached_bytes, 64 * MiB);
+}
+
+TEST_F(CApiOptions, BadOptionsAreRefusedAndChangeNothing) {
+  use_small_sim();
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  options.immediate_release = 2;
+  options.byte_cap = MiB;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("immediate_release is 2"), std::string::npos);
+  EXPECT_EQ(tidepool_last_status(), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(device_pool(0).options().byte_cap, SIZE_MAX);
+  options.struct_size = 0;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_set_default_pool_options(nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_get_default_pool_options(nullptr), TIDEPOOL_INVALID_ARGUMENT);
+}
+
+TEST_F(CApiOptions, LastStatusSaysWhatANullMeant) {
+  auto& sim = use_small_sim();
+  sim.set_capacity_limit(0, 64 * MiB);
+  EXPECT_EQ(tidepool_cupy_malloc(nullptr, 128 * MiB, 0), nullptr);
+  EXPECT_EQ(tidepool_last_status(), TIDEPOOL_OUT_OF_MEMORY);
+  EXPECT_EQ(tidepool_cupy_malloc(nullptr, MiB, 4), nullptr);
+  EXPECT_EQ(tidepool_last_status(), TIDEPOOL_INVALID_DEVICE);
+}
+
+}  // namespace
+}  // namespace tidepool::testing
