@@ -68,3 +68,45 @@ def test_release_without_garbage_collection(tp):
     ptr = tp.allocate(8 * MiB)
     tp.deallocate(ptr)
     assert tp.release_cached_memory(collect_garbage=False) >= 8 * MiB
+
+
+def test_garbage_collection_only_where_it_can_free_device_memory():
+    out = run_script(f"""
+        import gc
+        import tidepool
+        from tidepool import _release
+        calls = []
+        real_collect = gc.collect
+
+        class CountingGc:
+            @staticmethod
+            def collect(*args):
+                calls.append(args)
+                return real_collect(*args)
+
+        _release.gc = CountingGc
+        ptr = tidepool.allocate({MiB})
+        tidepool.deallocate(ptr)
+        junk = [[]]
+        junk[0].append(junk)  # garbage, but it holds no device memory
+        del junk
+        tidepool.release_cached_memory()
+        print("idle", len(calls))
+
+        class Buffer:
+            def __init__(self):
+                self.ptr = tidepool.allocate({4 * MiB})
+                self.me = self
+
+            def __del__(self):
+                tidepool.deallocate(self.ptr)
+
+        Buffer()
+        released = tidepool.release_cached_memory()
+        print("cycle", len(calls), tidepool.stats(0).live_allocations, released >= {4 * MiB})
+    """)
+    lines = dict(line.split(" ", 1) for line in out.strip().splitlines())
+    assert lines["idle"] == "0"  # nothing live on the GPU: no collection at all
+    collections, live, released = lines["cycle"].split()
+    assert int(collections) == 1  # one collection freed the cycle; nothing live after: stop
+    assert live == "0" and released == "True"

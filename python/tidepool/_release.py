@@ -2,7 +2,9 @@
 it opened, and touches no other GPU.
 
 The sources, in the order that lets each one's frees reach the next:
-  1. Python's garbage collector, only while it finds garbage (arrays in reference cycles);
+  1. Python's garbage collector, only where it can free device memory: not at all when no array
+     or tensor is live on an opened GPU, and again only while a collection freed some (arrays in
+     reference cycles); a full collection of a large program costs tens of milliseconds;
   2. CuPy's FFT plan caches (only where a plan is cached): their work areas go back to the pool
      they came from;
   3. CuPy's default device pool and pinned host pool (free_all_blocks);
@@ -48,14 +50,44 @@ def opened_devices(lib):
     return devices
 
 
-def _collect_garbage(entries):
-    found = gc.collect()
-    collected = found
-    rounds = 1
-    while found and rounds < _MAX_COLLECTIONS:
+def _device_bytes_in_use(lib, devices):
+    """Device memory live in tidepool's pools and the frameworks' caches on `devices`: what a
+    garbage collection could free."""
+    total = 0
+    for device in devices:
+        raw = _library.CStats(struct_size=ctypes.sizeof(_library.CStats))
+        _library.check(lib.tidepool_stats(device, ctypes.byref(raw)))
+        total += raw.in_use_bytes
+    torch = _frameworks.torch_cache_active()
+    if torch is not None:
+        visible = torch.cuda.device_count()
+        total += sum(torch.cuda.memory_allocated(d) for d in devices if d < visible)
+    cupy = _frameworks.loaded("cupy")
+    if cupy is not None and not _frameworks.routed["cupy"]:
+        pool = _frameworks.cupy_pools(cupy)
+        if pool is not None:
+            for device in devices:
+                with cupy.cuda.Device(device):
+                    total += pool.used_bytes()
+    return total
+
+
+def _collect_garbage(lib, devices, entries):
+    in_use = _device_bytes_in_use(lib, devices)
+    if in_use == 0:
+        return  # nothing live on a GPU: a collection could free no device memory
+    collected = rounds = 0
+    while rounds < _MAX_COLLECTIONS:
         found = gc.collect()
         collected += found
         rounds += 1
+        now = _device_bytes_in_use(lib, devices)
+        freed_device_memory = now < in_use
+        in_use = now
+        # Again only if this one found garbage that held device memory: its finalizers may have
+        # left more cycles, and a fruitless collection is pure cost.
+        if not (found and freed_device_memory and in_use):
+            break
     if collected:
         entries.append(_Entry("python garbage collector", None, 0,
                               f"{collected} unreachable objects in {rounds} collections",
@@ -122,9 +154,9 @@ def release_entries(collect_garbage=True):
     """Runs every source; returns the list of what each handed back."""
     lib = _library.load()
     entries = []
-    if collect_garbage:
-        _collect_garbage(entries)
     devices = opened_devices(lib)
+    if collect_garbage:
+        _collect_garbage(lib, devices, entries)
     _release_cupy(devices, entries)
     _release_torch(devices, entries)
     _release_tidepool(lib, devices, entries)
