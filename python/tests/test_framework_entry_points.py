@@ -2,7 +2,6 @@
 pointers of the frameworks' own types (CUDAPluggableAllocator's alloc/free, CFunctionAllocator's
 malloc/free), and the per-thread current stream CuPy's allocations follow."""
 
-import ctypes
 import threading
 
 from sim_support import MiB

@@ -13,7 +13,10 @@ class ProcessMemory:
 
         self._nvml = pynvml
         pynvml.nvmlInit()
-        self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
+        try:
+            self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
+        except (TypeError, AttributeError):  # older pynvml takes bytes
+            self._handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())
 
     def bytes(self):
         processes = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle)
@@ -22,20 +25,31 @@ class ProcessMemory:
             mine = processes  # a PID namespace (container): NVML shows host PIDs
         if not mine:
             raise RuntimeError("NVML does not list this process (PID namespace with other GPU users)")
+        if mine[0].usedGpuMemory is None:
+            raise RuntimeError("NVML does not report per-process memory here")
         return int(mine[0].usedGpuMemory)
 
 
-def torch_memory():
+def _pci_bus_id_of_device_0():
+    """The PCI bus id of CUDA device 0 (as CUDA numbers it, after CUDA_VISIBLE_DEVICES)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.deviceGetPCIBusId(0)
+    except ImportError:
+        pass
     import torch
 
     props = torch.cuda.get_device_properties(0)
-    return ProcessMemory(f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0")
+    return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+
+
+def torch_memory():
+    return ProcessMemory(_pci_bus_id_of_device_0())
 
 
 def cupy_memory():
-    import cupy
-
-    return ProcessMemory(cupy.cuda.Device(0).pci_bus_id)
+    return ProcessMemory(_pci_bus_id_of_device_0())
 
 
 def emit(result):
