@@ -47,6 +47,22 @@ class CStats(ctypes.Structure):
     ]
 
 
+class CPoolOptions(ctypes.Structure):
+    """tidepool_pool_options_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("byte_cap", ctypes.c_uint64),
+        ("headroom", ctypes.c_uint64),
+        ("small_size_threshold", ctypes.c_uint64),
+        ("max_cached_bytes", ctypes.c_uint64),
+        ("decay_milliseconds", ctypes.c_uint64),
+        ("address_range_bytes", ctypes.c_uint64),
+        ("immediate_release", ctypes.c_int32),
+        ("reserved_", ctypes.c_int32),
+    ]
+
+
 _status = ctypes.c_int
 _size_p = ctypes.POINTER(ctypes.c_size_t)
 _int_p = ctypes.POINTER(ctypes.c_int)
@@ -73,6 +89,8 @@ _PROTOTYPES = {
     "tidepool_release": (_status, [ctypes.c_int, _size_p]),
     "tidepool_release_cached_memory": (_status, [_size_p]),
     "tidepool_available_bytes": (_status, [ctypes.c_int, _size_p]),
+    "tidepool_set_default_pool_options": (_status, [ctypes.POINTER(CPoolOptions)]),
+    "tidepool_get_default_pool_options": (_status, [ctypes.POINTER(CPoolOptions)]),
     "tidepool_add_reclaim_hook": (_status, [RECLAIM_FN, ctypes.c_void_p, _int_p]),
     "tidepool_remove_reclaim_hook": (_status, [ctypes.c_int]),
 }

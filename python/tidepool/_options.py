@@ -8,35 +8,9 @@ from . import _library
 _NO_LIMIT = 2**64 - 1
 
 
-class CPoolOptions(ctypes.Structure):
-    """tidepool_pool_options_t."""
-
-    _fields_ = [
-        ("struct_size", ctypes.c_uint64),
-        ("byte_cap", ctypes.c_uint64),
-        ("headroom", ctypes.c_uint64),
-        ("small_size_threshold", ctypes.c_uint64),
-        ("max_cached_bytes", ctypes.c_uint64),
-        ("decay_milliseconds", ctypes.c_uint64),
-        ("address_range_bytes", ctypes.c_uint64),
-        ("immediate_release", ctypes.c_int32),
-        ("reserved_", ctypes.c_int32),
-    ]
-
-
-def _declare(lib):
-    lib.tidepool_set_default_pool_options.restype = ctypes.c_int
-    lib.tidepool_set_default_pool_options.argtypes = [ctypes.POINTER(CPoolOptions)]
-    lib.tidepool_get_default_pool_options.restype = ctypes.c_int
-    lib.tidepool_get_default_pool_options.argtypes = [ctypes.POINTER(CPoolOptions)]
-
-
-_library.on_load(_declare)
-
-
 def get_pool_options():
     """The options pools are made with now, as a dict (None: no limit)."""
-    raw = CPoolOptions(struct_size=ctypes.sizeof(CPoolOptions))
+    raw = _library.CPoolOptions(struct_size=ctypes.sizeof(_library.CPoolOptions))
     _library.check(_library.load().tidepool_get_default_pool_options(ctypes.byref(raw)))
     return {
         "byte_cap": None if raw.byte_cap == _NO_LIMIT else raw.byte_cap,
@@ -60,7 +34,7 @@ def set_pool_options(**changes):
         raise TypeError(f"unknown pool options: {', '.join(sorted(unknown))}; "
                         f"known: {', '.join(sorted(options))}")
     options.update(changes)
-    raw = CPoolOptions(struct_size=ctypes.sizeof(CPoolOptions))
+    raw = _library.CPoolOptions(struct_size=ctypes.sizeof(_library.CPoolOptions))
     raw.byte_cap = _NO_LIMIT if options["byte_cap"] is None else int(options["byte_cap"])
     raw.headroom = int(options["headroom"])
     raw.small_size_threshold = int(options["small_size_threshold"])
