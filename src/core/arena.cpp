@@ -20,31 +20,6 @@ void arena::ensure_slots(std::uint32_t count) {
   while (slots_.size() < count) slots_.push_back(std::make_unique<free_index>());
 }
 
-void arena::absorb_prev(block* b) noexcept {
-  block* p = b->prev;
-  b->address = p->address;
-  b->size += p->size;
-  b->free_sequence = std::max(b->free_sequence, p->free_sequence);
-  b->freed_tick = std::max(b->freed_tick, p->freed_tick);
-  b->prev = p->prev;
-  if (b->prev != nullptr) {
-    b->prev->next = b;
-  } else {
-    b->range->first = b;
-  }
-  slab_.recycle(p);
-}
-
-void arena::absorb_next(block* b) noexcept {
-  block* n = b->next;
-  b->size += n->size;
-  b->free_sequence = std::max(b->free_sequence, n->free_sequence);
-  b->freed_tick = std::max(b->freed_tick, n->freed_tick);
-  b->next = n->next;
-  if (b->next != nullptr) b->next->prev = b;
-  slab_.recycle(n);
-}
-
 block* arena::cut(block* b, std::size_t offset) {
   block* high = slab_.make();
   high->address = b->address + offset;

@@ -18,6 +18,7 @@
 //  - without the virtual memory API, each range is one mem_alloc segment, given back when wholly free.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -179,8 +180,31 @@ class arena {
   // Splits `b` at `offset`: b keeps the low part, the returned block (same state, owner, times)
   // the high part.
   block* cut(block* b, std::size_t offset);
-  void absorb_prev(block* b) noexcept;
-  void absorb_next(block* b) noexcept;
+  // Joins the neighbour below (above) into `b` and recycles its node.
+  void absorb_prev(block* b) noexcept {
+    block* p = b->prev;
+    b->address = p->address;
+    b->size += p->size;
+    b->free_sequence = std::max(b->free_sequence, p->free_sequence);
+    b->freed_tick = std::max(b->freed_tick, p->freed_tick);
+    b->prev = p->prev;
+    if (b->prev != nullptr) {
+      b->prev->next = b;
+    } else {
+      b->range->first = b;
+    }
+    slab_.recycle(p);
+  }
+
+  void absorb_next(block* b) noexcept {
+    block* n = b->next;
+    b->size += n->size;
+    b->free_sequence = std::max(b->free_sequence, n->free_sequence);
+    b->freed_tick = std::max(b->freed_tick, n->freed_tick);
+    b->next = n->next;
+    if (b->next != nullptr) b->next->prev = b;
+    slab_.recycle(n);
+  }
   // Puts free unmapped `b` (in no index) into the room set, merged with free unmapped neighbours.
   void coalesce_unmapped(block* b);
   block* make_range_block(address_range& range, device_address address, std::size_t size, block_state state);

@@ -27,6 +27,7 @@ enum class block_state : std::uint8_t {
   pending,        ///< freed, waiting for the events of record_stream() streams
   busy,           ///< taken out of every index by a slow path that is working on it
   moving,         ///< being handed from one stream slot to slot 0 (make_global)
+  parked,         ///< freed, kept whole as its stream's last free for a same-size reuse
   dead,           ///< back in the slab
 };
 

@@ -68,6 +68,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
 
 pool_impl::~pool_impl() {
   std::lock_guard guard(lock_);
+  flush_parked();
   // Wait for every stream the pool has seen, so that nothing is unmapped under queued work.
   streams_.for_each([&](stream_state& s) {
     if (s.event == nullptr) {
@@ -108,7 +109,8 @@ void pool_impl::throw_invalid_size(std::size_t bytes) const {
                           device_, device_total_));
 }
 
-void pool_impl::throw_bad_pointer(const char* operation, const void* ptr) const {
+void pool_impl::throw_bad_pointer(const char* operation, const void* ptr) {
+  flush_parked();  // a parked block is free: name it so
   const auto address = reinterpret_cast<device_address>(ptr);
   for (const auto& a : arenas_) {
     const block* b = a->find_containing(address);
@@ -181,6 +183,7 @@ bool pool_impl::owns(const void* ptr) {
 
 std::size_t pool_impl::available_bytes() {
   std::lock_guard guard(lock_);
+  flush_parked();
   return largest_possible(calls_.memory_info().free);
 }
 

@@ -46,8 +46,20 @@ class pool_impl {
     std::lock_guard guard(lock_);
     stream_state* s = streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
-    block* b = where.take(size, s->slot);
-    if (b == nullptr) b = allocate_slow(where, size, bytes, *s);
+    block* b = s->parked;
+    if (b != nullptr && b->size == size && b->owner_arena == &where) {
+      s->parked = nullptr;
+      b->state = block_state::live;
+    } else {
+      // Not the same size: the parked block joins its neighbours now, so placement is exactly
+      // what it would have been without parking.
+      if (b != nullptr) {
+        s->parked = nullptr;
+        b->owner_arena->give_back(b, s->slot, b->free_sequence, b->freed_tick);
+      }
+      b = where.take(size, s->slot);
+      if (b == nullptr) b = allocate_slow(where, size, bytes, *s);
+    }
     b->requested = bytes;
     live_.insert(b->address, b);
     in_use_ += size;
@@ -76,7 +88,13 @@ class pool_impl {
     if (b->has_extra_streams) {
       free_with_extra_streams(b, *s, sequence);
     } else {
-      b->owner_arena->give_back(b, s->slot, sequence, tick_);
+      // Park it as the stream's last free; the one parked before goes to its free index.
+      if (block* older = s->parked) older->owner_arena->give_back(older, s->slot, older->free_sequence, older->freed_tick);
+      b->state = block_state::parked;
+      b->owner = s->slot;
+      b->free_sequence = sequence;
+      b->freed_tick = tick_;
+      s->parked = b;
     }
     if (automatic_release_) after_operation(true);
   }
@@ -104,7 +122,7 @@ class pool_impl {
   // pool_impl.cpp
   stream_state& add_stream(stream_t stream);
   [[noreturn]] void throw_invalid_size(std::size_t bytes) const;
-  [[noreturn]] void throw_bad_pointer(const char* operation, const void* ptr) const;
+  [[noreturn]] void throw_bad_pointer(const char* operation, const void* ptr);
   void free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence);
 
   // growth.cpp
@@ -113,6 +131,8 @@ class pool_impl {
   [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget);
 
   // release_policy.cpp
+  /// Gives every parked block to its free index (before any slow path looks at free blocks).
+  void flush_parked();
   /// Hands to slot 0 the frees whose events completed (wait: after waiting for them).
   void settle_frees(bool wait);
   void settle_stream(stream_state& s, bool wait);

@@ -57,7 +57,17 @@ void pool_impl::settle_stream(stream_state& s, bool wait) {
   }
 }
 
+void pool_impl::flush_parked() {
+  streams_.for_each([](stream_state& s) {
+    if (block* b = s.parked) {
+      s.parked = nullptr;
+      b->owner_arena->give_back(b, s.slot, b->free_sequence, b->freed_tick);
+    }
+  });
+}
+
 void pool_impl::settle_frees(bool wait) {
+  flush_parked();
   // Frees held back by record_stream() streams.
   for (std::size_t i = 0; i < pending_.size();) {
     pending_free& p = pending_[i];

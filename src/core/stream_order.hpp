@@ -28,6 +28,9 @@ struct stream_state {
   std::uint64_t last_free = 0;     ///< sequence number of the last free on this stream
   event_t event = nullptr;         ///< recorded on the stream, covers frees up to `watermark`
   std::uint64_t watermark = 0;
+  /// The last block freed on this stream, not yet coalesced: the next request of exactly its size
+  /// on this stream takes it back without touching a free index (the same-size pair in a loop).
+  block* parked = nullptr;
 };
 
 /// The streams of a pool, found by stream_t; the last one used is cached for the fast path.
