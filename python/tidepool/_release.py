@@ -75,7 +75,10 @@ def _device_bytes_in_use(lib, devices):
 def _collect_garbage(lib, devices, entries):
     in_use = _device_bytes_in_use(lib, devices)
     if in_use == 0:
-        return  # nothing live on a GPU: a collection could free no device memory
+        # Nothing live on an opened GPU: a collection could free no device memory.
+        entries.append(_Entry("python garbage collector", None, 0,
+                              "not run: nothing live on an opened GPU", device_memory=False))
+        return
     collected = rounds = 0
     while rounds < _MAX_COLLECTIONS:
         found = gc.collect()
@@ -88,10 +91,9 @@ def _collect_garbage(lib, devices, entries):
         # left more cycles, and a fruitless collection is pure cost.
         if not (found and freed_device_memory and in_use):
             break
-    if collected:
-        entries.append(_Entry("python garbage collector", None, 0,
-                              f"{collected} unreachable objects in {rounds} collections",
-                              device_memory=False))
+    entries.append(_Entry("python garbage collector", None, 0,
+                          f"{collected} unreachable objects in {rounds} collection(s)",
+                          device_memory=False))
 
 
 def _release_cupy(devices, entries):
@@ -111,9 +113,8 @@ def _release_cupy(devices, entries):
                     entries.append(_Entry("cupy fft plan cache", device, 0,
                                           f"{plans} plans dropped ({work_bytes} bytes of work "
                                           "areas back to their pool)", device_memory=False))
-        freed = _frameworks.empty_cupy_pool(device)
-        if freed:
-            entries.append(_Entry("cupy default memory pool", device, freed))
+        entries.append(_Entry("cupy default memory pool", device,
+                              _frameworks.empty_cupy_pool(device)))
     pinned_pool = getattr(cupy, "get_default_pinned_memory_pool", None)
     if pinned_pool is not None:
         pinned = pinned_pool()
@@ -121,37 +122,33 @@ def _release_cupy(devices, entries):
         total = getattr(pinned, "total_bytes", None)
         before = total() if total else None
         pinned.free_all_blocks()
-        if blocks:
-            detail = f"{blocks} free blocks"
-            nbytes = 0
-            if before is not None:
-                nbytes = before - total()
-                detail += f", {nbytes} bytes"
-            entries.append(_Entry("cupy pinned memory pool (host)", None, nbytes, detail,
-                                  device_memory=False))
+        detail = f"{blocks} free blocks"
+        nbytes = 0
+        if before is not None:
+            nbytes = before - total()
+            detail += f", {nbytes} bytes"
+        entries.append(_Entry("cupy pinned memory pool (host)", None, nbytes, detail,
+                              device_memory=False))
 
 
 def _release_torch(devices, entries):
     for device, freed in sorted(_frameworks.empty_torch_cache(devices).items()):
-        if freed:
-            entries.append(_Entry("pytorch caching allocator", device, freed))
+        entries.append(_Entry("pytorch caching allocator", device, freed))
 
 
 def _release_tidepool(lib, devices, entries):
     for device in devices:
         released = ctypes.c_size_t(0)
         _library.check(lib.tidepool_release(device, ctypes.byref(released)))
-        if released.value:
-            entries.append(_Entry("tidepool pool", device, released.value))
+        entries.append(_Entry("tidepool pool", device, released.value))
     # Now the pools are empty: what this returns is the CUDA async pools and the C hooks.
     released = ctypes.c_size_t(0)
     _library.check(lib.tidepool_release_cached_memory(ctypes.byref(released)))
-    if released.value:
-        entries.append(_Entry("cuda async pools and reclaim hooks", None, released.value))
+    entries.append(_Entry("cuda async pools and reclaim hooks", None, released.value))
 
 
 def release_entries(collect_garbage=True):
-    """Runs every source; returns the list of what each handed back."""
+    """Runs every source; returns what each visited source handed back (zeros included)."""
     lib = _library.load()
     entries = []
     devices = opened_devices(lib)
