@@ -65,7 +65,7 @@ void run_replay(const replay_settings& settings) {
       results.push_back(replay::replay_trace(t, name, make_driver(settings.device), options));
       progress.clear();
     }
-    if (!settings.json) fmt::print("{}\n", replay::format_table(summary, results));
+    if (!settings.json) fmt::print("{}{}\n", replay::format_table(summary, results), replay::format_goals(results));
     all.insert(all.end(), results.begin(), results.end());
   }
   if (settings.json) {

@@ -49,6 +49,30 @@ std::string format_table(const trace_summary& s, const std::vector<replay_result
   return out;
 }
 
+std::string format_goals(const std::vector<replay_result>& results) {
+  const replay_result* pool = nullptr;
+  const replay_result* exact = nullptr;
+  for (const replay_result& r : results) {
+    if (r.allocator == "tidepool") pool = &r;
+    if (r.allocator == "exact") exact = &r;
+  }
+  if (pool == nullptr) return {};
+  constexpr std::size_t granule = std::size_t{2} << 20;
+  auto verdict = [](bool met) { return met ? "met" : "NOT met"; };
+  const double ratio = pool->held_ratio();
+  const double bound = static_cast<double>((pool->live_end_bytes + granule - 1) / granule * granule) * 1.02;
+  std::string out = fmt::format("  tidepool goals: peak held / peak live {:.3f} <= 1.02: {}; after release {} <= {} "
+                                "(live at end rounded up to 2 MiB, +2%): {}",
+                                ratio, verdict(ratio <= 1.02), format_bytes(pool->held_after_release_bytes),
+                                format_bytes(static_cast<std::size_t>(bound)),
+                                verdict(static_cast<double>(pool->held_after_release_bytes) <= bound));
+  if (exact != nullptr) {
+    out += fmt::format("; driver time {:.1f} ms < exact's {:.1f} ms: {}", pool->driver_us / 1000.0,
+                       exact->driver_us / 1000.0, verdict(pool->driver_us < exact->driver_us));
+  }
+  return out + "\n";
+}
+
 std::string format_json(const std::vector<replay_result>& results) {
   nlohmann::json array = nlohmann::json::array();
   for (const replay_result& r : results) {

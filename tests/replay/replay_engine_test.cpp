@@ -114,6 +114,26 @@ TEST(ReplayReport, JsonHasOneObjectPerTraceAndAllocatorWithEveryKey) {
   EXPECT_EQ(json[0]["held_after_release_bytes"].get<std::size_t>(), 2 * MiB);
 }
 
+TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
+  replay_result pool;
+  pool.allocator = "tidepool";
+  pool.peak_live_bytes = 100 * MiB;
+  pool.peak_held_bytes = 101 * MiB;  // 1.01
+  pool.live_end_bytes = 3 * MiB;     // rounded up: 4 MiB, +2%: 4.08 MiB
+  pool.held_after_release_bytes = 6 * MiB;
+  pool.driver_us = 100;
+  replay_result exact;
+  exact.allocator = "exact";
+  exact.driver_us = 200;
+  const std::string goals = format_goals({pool, exact});
+  EXPECT_NE(goals.find("1.010 <= 1.02: met"), std::string::npos) << goals;
+  EXPECT_NE(goals.find("after release 6.00 MiB <= 4.08 MiB (live at end rounded up to 2 MiB, +2%): NOT met"),
+            std::string::npos)
+      << goals;
+  EXPECT_NE(goals.find("0.1 ms < exact's 0.2 ms: met"), std::string::npos) << goals;
+  EXPECT_EQ(format_goals({exact}), "");
+}
+
 TEST(ReplayReport, TableSaysLiveAllocationsAreLeftAllocated) {
   const trace t = small_trace();
   const std::string table = format_table(summarize(t), {replay_trace(t, "caching", std::make_shared<sim_driver>())});
