@@ -3,7 +3,9 @@
 // several devices (MultiDevice).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -184,6 +186,54 @@ TEST_F(CApiProcess, MultiDeviceReleaseOnlyWhereAContextIs) {
   EXPECT_FALSE(sim.has_context(1));
   EXPECT_GE(bytes, 4 * MiB);
   EXPECT_EQ(tidepool_deallocate(on2, 2, nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, MultiDeviceThreadsAllocateWhileReleaseRuns) {
+  auto& sim = use_small_sim(2);
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&, t] {
+      std::vector<void*> held;
+      std::uint32_t state = 12345u + static_cast<std::uint32_t>(t);
+      for (int i = 0; i < 2000; ++i) {
+        state = state * 1664525u + 1013904223u;
+        const int device = static_cast<int>(state >> 31);
+        if (held.size() > 16 || (!held.empty() && (state & 4u) != 0)) {
+          if (tidepool_deallocate(held.back(), TIDEPOOL_ANY_DEVICE, nullptr) != TIDEPOOL_SUCCESS) ++failures;
+          held.pop_back();
+          continue;
+        }
+        void* ptr = nullptr;
+        const std::size_t size = 256 + (state >> 8) % (4 * MiB);
+        if (tidepool_allocate(size, device, nullptr, TIDEPOOL_SCRATCH, &ptr) != TIDEPOOL_SUCCESS) {
+          ++failures;
+        } else {
+          held.push_back(ptr);
+        }
+      }
+      for (void* ptr : held) {
+        if (tidepool_deallocate(ptr, TIDEPOOL_ANY_DEVICE, nullptr) != TIDEPOOL_SUCCESS) ++failures;
+      }
+    });
+  }
+  std::thread releaser([&] {
+    while (!done.load()) {
+      if (tidepool_release_cached_memory(nullptr) != TIDEPOOL_SUCCESS) ++failures;
+    }
+  });
+  for (auto& w : workers) w.join();
+  done = true;
+  releaser.join();
+  EXPECT_EQ(failures.load(), 0) << tidepool_last_error();
+  EXPECT_EQ(device_pool(0).stats().live_allocations, 0u);
+  EXPECT_EQ(device_pool(1).stats().live_allocations, 0u);
+  std::size_t bytes = 0;
+  ASSERT_EQ(tidepool_release_cached_memory(&bytes), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(sim.mapped_bytes(0), 0u);
+  EXPECT_EQ(sim.mapped_bytes(1), 0u);
+  EXPECT_EQ(sim.unsafe_unmap_count(), 0u);
 }
 
 }  // namespace
