@@ -55,3 +55,24 @@ def test_import_loads_no_framework():
         print('torch' in sys.modules, 'cupy' in sys.modules)
     """)
     assert out.split() == ["False", "False"]
+
+
+def test_framework_modules_load_lazily_and_need_their_framework():
+    out = run_script("""
+        import importlib.util, sys, tidepool
+        print(tidepool.torch.is_used(), tidepool.cupy.is_used())
+        for name in ("torch", "cupy"):
+            if importlib.util.find_spec(name) is not None:
+                print(name, "installed")
+                continue
+            try:
+                getattr(tidepool, name).use()
+            except ImportError as e:
+                print(name, "missing", type(e).__name__)
+        print("torch" in sys.modules, "cupy" in sys.modules)
+    """)
+    lines = out.strip().splitlines()
+    assert lines[0] == "False False"
+    assert all(line.split()[1] in ("installed", "missing") for line in lines[1:3])
+    if "installed" not in out:
+        assert lines[3] == "False False"
