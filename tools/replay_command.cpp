@@ -48,7 +48,14 @@ class progress_line {
 
 void run_replay(const replay_settings& settings) {
   std::vector<std::string> allocators = settings.allocators;
-  if (allocators.empty()) allocators = replay::allocator_names();
+  const std::vector<std::string> known = replay::allocator_names();
+  if (allocators.empty()) allocators = known;
+  for (const std::string& name : allocators) {  // before any trace is read
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw error(error_code::invalid_argument,
+                  fmt::format("unknown allocator \"{}\" (known: {})", name, fmt::join(known, ", ")));
+    }
+  }
   // tidepool first, then the others in the order given.
   std::stable_partition(allocators.begin(), allocators.end(), [](const std::string& a) { return a == "tidepool"; });
 
