@@ -3,10 +3,10 @@
 //
 // Keeping kinds apart is what stops retention: a small or persistent block is never carved from a
 // freed scratch region, so it never pins one (DESIGN 1.1). The medium/huge split does the same for
-// handles: huge requests map large handles (cheap to create, DESIGN 2a), and only huge blocks are
-// ever placed on them, so a medium block that outlives them cannot pin 64 MiB for a few MiB of its
-// own (measured on the loader trace: with one large tier, peak held / peak live was 1.05 with
-// large handles and driver time 6x higher with 2 MiB ones). Within an arena:
+// handles: huge requests map larger handles (cheaper per byte, DESIGN 2a), and only huge blocks
+// are ever placed on them, so a medium block that outlives them cannot pin a large handle for a
+// few MiB of its own (measured on the loader trace: with one large tier, peak held / peak live was
+// 1.05 with 64 MiB handles, and driver time 6x higher with 2 MiB ones). Within an arena:
 //  - free blocks with every page mapped sit in a free index per stream slot (slot 0: any stream);
 //    take() and give_back() are the fast path: split, coalesce, no driver call;
 //  - free address space with no page mapped sits in a by-size set, the room growth maps into;

@@ -1,14 +1,21 @@
 // Pages: creating, mapping, unmapping and releasing physical handles, and the handle size policy.
 //
-// Handle size (DESIGN 2a: the driver's cost is per handle, not per byte; a 64 MiB handle costs
+// Handle size (DESIGN 2a: the driver's cost is per handle, not per byte; an 8 MiB handle costs
 // about what a 2 MiB one does). Small and medium regions always use the granularity: their pages
 // must go back one by one, and a handle that a live block pins only in part strands the rest. The
-// huge region (requests of 16 granules and more, where only huge blocks live) maps handles that
-// grow with the request: the largest power-of-two multiple of the granularity that is at most
-// 1/large_handle_divisor of the request, capped at max_large_handle_granules. A 64 MiB request
-// maps 4 MiB handles, one of 1 GiB 64 MiB handles: 16 per GiB instead of 512. Measured on the
-// replay traces (tidepool replay traces/*.csv.gz): 2 MiB handles everywhere cost 6x the driver
-// time of the `exact` baseline on the loader trace; this policy costs less than `exact`.
+// huge region (requests of 16 granules, 32 MiB, and more, where only huge blocks live) maps
+// handles that grow with the request: the largest power-of-two multiple of the granularity that is
+// at most 1/large_handle_divisor of the request, capped at max_large_handle_granules.
+//
+// Measured with `tidepool replay traces/*.csv.gz` (sim, H200 costs; gpt2 / loader / resnet50):
+//   divisor/cap   peak held/live        after release (goal: live in 2 MiB + 2%)   driver ms (exact: 506/575/267)
+//   2 MiB only    1.004/1.025/1.006     68/5720/70 MiB                            730/3350/140
+//   16 / 2 (4M)   1.007/1.007/1.008     74/5630/70                                478/951/153
+//   16 / 4 (8M)   1.008/1.012/1.009     78/5710/70                                369/503/146   <- chosen
+//   16 / 32 (64M) 1.012/1.019/1.009     102/5820/70                               299/296/146
+// Larger handles cut driver time but strand more behind huge blocks still live at release
+// (a handle goes back whole or not at all); 8 MiB is the largest cap that keeps driver time under
+// the `exact` baseline on every trace with peak held/live at most 1.012.
 #include "core/page_table.hpp"
 
 #include <algorithm>
@@ -18,7 +25,7 @@
 namespace tidepool::detail {
 namespace {
 constexpr std::size_t large_handle_divisor = 16;
-constexpr std::size_t max_large_handle_granules = 32;
+constexpr std::size_t max_large_handle_granules = 4;
 }  // namespace
 
 void page_table::add_held(std::size_t bytes) noexcept {
