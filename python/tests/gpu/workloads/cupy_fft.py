@@ -26,6 +26,17 @@ for size in (256, 384, 512, 1000):
     total = (mixed * rfft).sum(axis=0)
     for array in (spectrum, filtered, mixed, rfft, total):
         digests.append(hashlib.sha256(cupy.asnumpy(array).tobytes()).hexdigest())
+# The same on a stream of its own: tidepool must allocate (and free) on it, following CuPy's
+# current stream.
+side = cupy.cuda.Stream(non_blocking=True)
+with side:
+    for size in (300, 700):
+        a = state.standard_normal((size, size), dtype=cupy.float32)
+        spectrum = cupy.fft.fft2(a.astype(cupy.complex64))
+        back = cupy.fft.ifft2(spectrum * 0.5).real + cupy.cos(a)
+        digests.append(hashlib.sha256(cupy.asnumpy(back, stream=side).tobytes()).hexdigest())
+        del a, spectrum, back
+side.synchronize()
 cupy.cuda.Device().synchronize()
 result = {"digests": digests}
 if allocator == "tidepool":
