@@ -17,6 +17,7 @@ namespace {
 struct random_case {
   unsigned seed;
   std::size_t small_threshold;
+  std::size_t range_bytes = 0;  // 0: one reservation per region as large as the device
 };
 
 class PoolRandom : public ::testing::TestWithParam<random_case> {};
@@ -26,6 +27,7 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
   auto sim = std::make_shared<sim_driver>(small_device(2048 * MiB));
   pool_options options;
   options.small_size_threshold = param.small_threshold;
+  options.address_range_bytes = param.range_bytes;
   pool p(sim, 0, options);
   pool_checker checker(*sim, p);
 
@@ -82,7 +84,8 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, PoolRandom,
                          ::testing::Values(random_case{1, MiB}, random_case{2, MiB}, random_case{3, MiB},
-                                           random_case{4, 64 * KiB}, random_case{5, 4 * MiB}));
+                                           random_case{4, 64 * KiB}, random_case{5, 4 * MiB},
+                                           random_case{6, MiB, 64 * MiB}));
 
 }  // namespace
 }  // namespace tidepool::testing
