@@ -34,7 +34,7 @@ namespace tidepool::detail {
 /// The regions of a pool: three size tiers, each for scratch and for persistent requests.
 enum class arena_kind : std::uint8_t {
   small_scratch, small_persistent,    ///< below options.small_size_threshold (1 MiB)
-  medium_scratch, medium_persistent,  ///< up to 16 granules (32 MiB): 2 MiB handles
+  medium_scratch, medium_persistent,  ///< up to 16 granules (32 MiB) included: 2 MiB handles
   huge_scratch, huge_persistent,      ///< larger: larger handles (page_table::handle_size_for)
 };
 inline constexpr unsigned arena_kinds = 6;

@@ -3,11 +3,12 @@
 // Handle size (DESIGN 2a: the driver's cost is per handle, not per byte; an 8 MiB handle costs
 // about what a 2 MiB one does). Small and medium regions always use the granularity: their pages
 // must go back one by one, and a handle that a live block pins only in part strands the rest. The
-// huge region (requests of 16 granules, 32 MiB, and more, where only huge blocks live) maps
-// handles that grow with the request: the largest power-of-two multiple of the granularity that is
-// at most 1/large_handle_divisor of the request, capped at max_large_handle_granules.
+// huge region (requests above 16 granules, 32 MiB, where only huge blocks live) maps handles that
+// grow with the request: the largest power-of-two multiple of the granularity that is at most
+// 1/large_handle_divisor of the request, capped at max_large_handle_granules.
 //
-// Measured with `tidepool replay traces/*.csv.gz` (sim, H200 costs; gpt2 / loader / resnet50):
+// Measured with `tidepool replay traces/*.csv.gz` (sim, H200 costs; gpt2 / loader / resnet50;
+// huge from 32 MiB on, before the threshold moved above 32 MiB):
 //   divisor/cap   peak held/live        after release (goal: live in 2 MiB + 2%)   driver ms (exact: 506/575/267)
 //   2 MiB only    1.004/1.025/1.006     68/5720/70 MiB                            730/3350/140
 //   16 / 2 (4M)   1.007/1.007/1.008     74/5630/70                                478/951/153
@@ -15,7 +16,9 @@
 //   16 / 32 (64M) 1.012/1.019/1.009     102/5820/70                               299/296/146
 // Larger handles cut driver time but strand more behind huge blocks still live at release
 // (a handle goes back whole or not at all); 8 MiB is the largest cap that keeps driver time under
-// the `exact` baseline on every trace with peak held/live at most 1.012.
+// the `exact` baseline on every trace with peak held/live at most 1.012. With 32 MiB requests
+// kept in the medium region (2 MiB handles), the chosen row became 1.006/1.012/1.011,
+// 72/5710/66 MiB, 375/504/143 ms.
 #include "core/page_table.hpp"
 
 #include <algorithm>
