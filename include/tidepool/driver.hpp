@@ -66,6 +66,7 @@ enum class driver_call : std::uint8_t {
   stream_destroy,     ///< cuStreamDestroy
   stream_wait_event,  ///< cuStreamWaitEvent
   stream_synchronize, ///< cuStreamSynchronize
+  device_synchronize, ///< cuCtxSynchronize on the device's primary context
   async_pool_trim,    ///< cuMemPoolTrimTo on the stream-ordered pools
   count_              ///< number of kinds, not a call
 };
@@ -158,6 +159,9 @@ class driver {
   virtual driver_status event_synchronize(int device, event_t event) = 0;
   virtual driver_status stream_wait_event(int device, stream_t stream, event_t event) = 0;
   virtual driver_status stream_synchronize(int device, stream_t stream) = 0;
+  /// Waits for all work queued on every stream of `device` (needs no stream handle, so it is safe
+  /// when a program has destroyed streams it once freed memory on).
+  virtual driver_status device_synchronize(int device) = 0;
 
   /// Trims the CUDA stream-ordered (cudaMallocAsync) pools of `device`, the default pool and the
   /// current one, to zero. Returns the bytes handed back where the driver tells, else 0.

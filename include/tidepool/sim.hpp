@@ -74,6 +74,7 @@ class sim_driver final : public driver {
   driver_status event_synchronize(int device, event_t event) override;
   driver_status stream_wait_event(int device, stream_t stream, event_t event) override;
   driver_status stream_synchronize(int device, stream_t stream) override;
+  driver_status device_synchronize(int device) override;
   std::size_t trim_async_pools(int device) override;
   [[nodiscard]] driver_call_counts call_counts() const override;
   [[nodiscard]] double modelled_cost_us(driver_call call, std::size_t bytes) const override;

@@ -39,6 +39,7 @@ std::string_view to_string(driver_call call) noexcept {
     case driver_call::stream_destroy: return "stream_destroy";
     case driver_call::stream_wait_event: return "stream_wait_event";
     case driver_call::stream_synchronize: return "stream_synchronize";
+    case driver_call::device_synchronize: return "device_synchronize";
     case driver_call::async_pool_trim: return "async_pool_trim";
     case driver_call::count_: break;
   }

@@ -325,6 +325,10 @@ driver_status cuda_driver::stream_synchronize(int device, stream_t stream) {
                     [&] { return api_.cuStreamSynchronize(to_cu(stream)); });
 }
 
+driver_status cuda_driver::device_synchronize(int device) {
+  return in_context(device, driver_call::device_synchronize, [&] { return api_.cuCtxSynchronize(); });
+}
+
 std::size_t cuda_driver::trim_async_pools(int device) {
   // Memory parked in a stream-ordered pool needs a context; without one there is nothing to trim,
   // and opening one (550 MiB) to find that out is what this layer must never do.

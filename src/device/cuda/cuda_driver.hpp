@@ -58,6 +58,7 @@ class cuda_driver final : public driver {
   driver_status event_synchronize(int device, event_t event) override;
   driver_status stream_wait_event(int device, stream_t stream, event_t event) override;
   driver_status stream_synchronize(int device, stream_t stream) override;
+  driver_status device_synchronize(int device) override;
   std::size_t trim_async_pools(int device) override;
 
   [[nodiscard]] driver_call_counts call_counts() const override { return counter_.snapshot(); }

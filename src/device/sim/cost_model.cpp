@@ -75,6 +75,7 @@ double sim_call_cost_us(driver_call call, std::size_t bytes) noexcept {
     case driver_call::stream_destroy: return 5.0;
     case driver_call::stream_wait_event: return 1.5;
     case driver_call::stream_synchronize: return 1.0;
+    case driver_call::device_synchronize: return 1.0;
     case driver_call::async_pool_trim: return 10.0;
     case driver_call::count_: break;
   }

@@ -159,6 +159,16 @@ driver_status sim_driver::stream_synchronize(int device, stream_t stream) {
   return driver_status::success;
 }
 
+driver_status sim_driver::device_synchronize(int device) {
+  std::lock_guard lock(state_->mutex);
+  detail::sim_state& state = *state_;
+  const auto status = state.begin_call(driver_call::device_synchronize, cost_of(driver_call::device_synchronize), device,
+                                       detail::call_needs::context);
+  if (status != driver_status::success) return status;
+  state.now = std::max(state.now, state.devices[static_cast<std::size_t>(device)].busy_until);
+  return driver_status::success;
+}
+
 void sim_driver::launch(int device, stream_t stream, double duration_us, device_address address, std::size_t bytes) {
   std::lock_guard lock(state_->mutex);
   detail::sim_state& state = *state_;
