@@ -88,6 +88,9 @@ class driver_calls {
   driver_status stream_synchronize(stream_t stream) {
     return counted(driver_call::stream_synchronize, 0, [&] { return driver_.stream_synchronize(device_, stream); });
   }
+  driver_status device_synchronize() {
+    return counted(driver_call::device_synchronize, 0, [&] { return driver_.device_synchronize(device_); });
+  }
   std::size_t trim_async_pools() {
     return counted(driver_call::async_pool_trim, 0, [&] { return driver_.trim_async_pools(device_); });
   }

@@ -71,27 +71,11 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
 pool_impl::~pool_impl() {
   std::lock_guard guard(lock_);
   try {
-    flush_parked();
-    // Wait for every stream the pool has seen, so that nothing is unmapped under queued work.
-    streams_.for_each([&](stream_state& s) {
-      if (s.event == nullptr) {
-        s.event = events_.acquire();
-        (void)calls_.event_record(s.event, s.stream);
-      }
-      (void)calls_.event_synchronize(s.event);
-      events_.give_back(s.event);
-      s.event = nullptr;
-    });
-    for (pending_free& p : pending_) {
-      for (event_t e : p.events) {
-        (void)calls_.event_synchronize(e);
-        events_.give_back(e);
-      }
-    }
-    pending_.clear();
+    // Nothing is unmapped under queued work; no event goes on a user stream (it may be gone).
+    wait_for_device();
   } catch (const error&) {
-    // No event could be made: the streams cannot be waited for; unmapping below is still the
-    // only way to give the memory back, so go on.
+    // The device could not be waited for; unmapping below is still the only way to give the
+    // memory back, so go on.
   }
   for (auto& a : arenas_) a->tear_down();
   events_.destroy_all();

@@ -133,9 +133,12 @@ class pool_impl {
   // release_policy.cpp
   /// Gives every parked block to its free index (before any slow path looks at free blocks).
   void flush_parked();
-  /// Hands to slot 0 the frees whose events completed (wait: after waiting for them).
+  /// Hands to slot 0 the frees whose events completed (wait: waits for the whole device first,
+  /// see wait_for_device).
   void settle_frees(bool wait);
-  void settle_stream(stream_state& s, bool wait);
+  void settle_stream(stream_state& s);
+  /// Synchronizes the device (no event on any user stream) and hands every free to slot 0.
+  void wait_for_device();
   /// Unmaps and releases up to `want` bytes of whole free handles freed at or before tick
   /// `freed_by` (fallback: wholly free segments); returns the bytes handed back.
   std::size_t release_free(std::size_t want, std::uint64_t freed_by);

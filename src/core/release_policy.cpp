@@ -2,8 +2,9 @@
 // back to the driver.
 //
 // Frees become safe (slot 0) on slow paths only: an event is recorded on each stream that owns
-// free blocks and queried (or, when the pool must wait: on release() and the last step of the
-// out-of-memory path, synchronized). Free handles go back on release(), under memory pressure
+// free blocks and queried. When the pool must wait (release(), the destructor, the last step of
+// the out-of-memory path) it synchronizes the whole device instead and records nothing on user
+// streams, which the program may already have destroyed. Free handles go back on release(), under memory pressure
 // (out_of_memory_path.cpp), and automatically per pool_options::release: immediately, above
 // max_cached_bytes, or after `decay`. Only whole handles inside slot-0 blocks are released, so
 // nothing goes while queued work may still use it; release() returns the exact bytes handed back.
@@ -29,7 +30,7 @@ std::uint64_t milliseconds_now() {
 }
 }  // namespace
 
-void pool_impl::settle_stream(stream_state& s, bool wait) {
+void pool_impl::settle_stream(stream_state& s) {
   for (int round = 0; round < 2; ++round) {
     bool owns_free = false;
     for (auto& a : arenas_) owns_free = owns_free || a->has_free(s.slot);
@@ -45,7 +46,7 @@ void pool_impl::settle_stream(stream_state& s, bool wait) {
       }
       s.watermark = s.last_free;
     }
-    const driver_status status = wait ? calls_.event_synchronize(s.event) : calls_.event_query(s.event);
+    const driver_status status = calls_.event_query(s.event);
     if (status == driver_status::not_ready) return;
     if (status != driver_status::success) {
       throw error(error_code::driver_failure,
@@ -67,14 +68,17 @@ void pool_impl::flush_parked() {
 }
 
 void pool_impl::settle_frees(bool wait) {
+  if (wait) {
+    wait_for_device();
+    return;
+  }
   flush_parked();
   // Frees held back by record_stream() streams.
   for (std::size_t i = 0; i < pending_.size();) {
     pending_free& p = pending_[i];
     bool done = true;
     for (event_t e : p.events) {
-      const driver_status status = wait ? calls_.event_synchronize(e) : calls_.event_query(e);
-      if (status == driver_status::not_ready) {
+      if (calls_.event_query(e) == driver_status::not_ready) {
         done = false;
         break;
       }
@@ -88,7 +92,30 @@ void pool_impl::settle_frees(bool wait) {
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();
   }
-  streams_.for_each([&](stream_state& s) { settle_stream(s, wait); });
+  streams_.for_each([&](stream_state& s) { settle_stream(s); });
+}
+
+void pool_impl::wait_for_device() {
+  flush_parked();
+  // One device-wide wait, no event recorded on any user stream: a program may have destroyed a
+  // stream it freed memory on (recording on it would be a use after free in the driver).
+  const driver_status status = calls_.device_synchronize();
+  if (status != driver_status::success) {
+    throw error(error_code::driver_failure,
+                fmt::format("tidepool: device_synchronize failed on device {}: {}", device_, to_string(status)));
+  }
+  for (pending_free& p : pending_) {
+    for (event_t e : p.events) events_.give_back(e);  // complete: the device is idle
+    p.freed->owner_arena->give_back(p.freed, p.slot, p.sequence, tick_);
+  }
+  pending_.clear();
+  streams_.for_each([&](stream_state& s) {
+    if (s.event != nullptr) {
+      events_.give_back(s.event);
+      s.event = nullptr;
+    }
+    for (auto& a : arenas_) a->make_global(s.slot, s.last_free);
+  });
 }
 
 std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by) {

@@ -97,5 +97,45 @@ TEST_F(PoolStreams, FreesOfDifferentStreamsDoNotMerge) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
+// A program may destroy a stream it freed memory on before release() or the pool's end: the pool
+// then waits for the device, never records on the stream (a crash on the real driver).
+TEST(PoolStreamsDestroyed, ReleaseAfterTheStreamIsGone) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  void* x = p.allocate(8 * MiB, s);
+  sim->launch(0, s, 500.0, reinterpret_cast<device_address>(x), 8 * MiB);
+  p.deallocate(x, s);
+  ASSERT_EQ(sim->stream_destroy(0, s), driver_status::success);
+  const std::uint64_t recorded = p.stats().driver.of(driver_call::event_record);
+  EXPECT_EQ(p.release(), 8 * MiB);
+  EXPECT_EQ(p.stats().driver.of(driver_call::event_record), recorded) << "no event recorded by release()";
+  EXPECT_GE(p.stats().driver.of(driver_call::device_synchronize), 1u);
+  EXPECT_GE(sim->now(), 500.0) << "release() waited for the stream's work";
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(p.stats().mapped_bytes, 0u);
+}
+
+TEST(PoolStreamsDestroyed, DestructorAfterTheStreamIsGone) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  {
+    pool p(sim, 0);
+    void* x = p.allocate(8 * MiB, s);
+    void* kept = p.allocate(4 * MiB, s);  // still live at the end: unmapped by the destructor
+    sim->launch(0, s, 500.0, reinterpret_cast<device_address>(x), 8 * MiB);
+    sim->launch(0, s, 500.0, reinterpret_cast<device_address>(kept), 4 * MiB);
+    p.deallocate(x, s);
+    ASSERT_EQ(sim->stream_destroy(0, s), driver_status::success);
+    sim->reset_call_counts();
+  }
+  EXPECT_EQ(sim->call_counts().of(driver_call::event_record), 0u) << "no event recorded by the destructor";
+  EXPECT_GE(sim->now(), 1000.0) << "the destructor waited for the work";
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+}
+
 }  // namespace
 }  // namespace tidepool::testing
