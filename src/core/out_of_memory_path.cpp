@@ -5,8 +5,8 @@
 //   2. the CUDA stream-ordered pools (memory parked by cudaMallocAsync users);
 //   3. the process's reclaim hooks (other frameworks' caches), called without the pool's lock so a
 //      hook may free into this pool;
-//   4. frees still waiting for their streams: wait for them, release, retry.
-// Then throw tidepool::out_of_memory with the figures a user needs to understand why.
+//   4. frees still waiting for their streams: wait for the device, release, retry.
+// Then hand back every free handle (the failed retries may have mapped some) and throw tidepool::out_of_memory with the figures a user needs to understand why.
 #include <fmt/format.h>
 
 #include <limits>
@@ -55,6 +55,10 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   settle_frees(true);
   (void)release_free(everything, any_tick);
   if (block* b = retry()) return recovered(b);
+
+  // Giving up: what the last retries mapped for this request (and every other free handle) goes
+  // back, so other users of the GPU (plain cudaMalloc, other processes) can have it.
+  (void)release_free(everything, any_tick);
 
   out_of_memory_report report;
   report.device = device_;

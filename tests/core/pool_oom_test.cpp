@@ -131,6 +131,24 @@ TEST(PoolOutOfMemory, ReportWhenNothingHelps) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
+TEST(PoolOutOfMemory, NothingMappedForTheFailedRequestStaysHeld) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* x = checker.allocate(20 * MiB + 4096);  // 11 granules
+  void* small = checker.allocate(1000);       // 1 granule
+  void* y = checker.allocate(6 * MiB);
+  checker.free(y);
+  // 50 MiB cannot fit in 64 MiB beside 24 MiB live; the retries map what they can first.
+  EXPECT_THROW((void)p.allocate(50 * MiB), out_of_memory);
+  EXPECT_EQ(sim->physical_bytes(0), checker.live_granule_bytes()) << "held after the throw: only live pages";
+  EXPECT_EQ(p.stats().mapped_bytes, 24 * MiB);
+  checker.check();
+  checker.check_patterns();
+  checker.free(x);
+  checker.free(small);
+}
+
 TEST(PoolOutOfMemory, ByteCapAndHeadroom) {
   auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
   pool_options options;
