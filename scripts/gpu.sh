@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one run (made for the lent H200 machine): builds tidepool with the
+# PyTorch side-by-side benchmark, then runs the GPU tests (CTest label `gpu`), the driver-call and
+# side-by-side benchmarks, the Python GPU tests (PyTorch, CuPy, NVML) and the replay of every bundled
+# trace on the real GPU. Logs go to LOG_DIR (default: $OUT where set, else gpu-logs/).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
+build=${BUILD_DIR:-/tmp/tidepool-gpu-build}
+mkdir -p "$logs"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/machine.txt"
+torch_dir=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)/Torch
+{
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTIDEPOOL_WERROR=ON \
+        -DTIDEPOOL_TORCH_BENCH=ON -DTorch_DIR="$torch_dir" &&
+  cmake --build "$build" -j "$(nproc)"
+} > "$logs/build.txt" 2>&1 || { tail -40 "$logs/build.txt"; exit 1; }
+echo "built"
+status=0
+step() {  # $1: log name; the rest: the command
+  local name=$1; shift
+  echo "=== $name: $*"
+  "$@" > "$logs/$name.txt" 2>&1; local rc=$?
+  tail -25 "$logs/$name.txt"
+  [ $rc -eq 0 ] || { echo "=== $name FAILED (rc $rc)"; status=1; }
+}
+step gpu-tests bash -c "cd '$build' && ctest -L gpu --output-on-failure -V --timeout 300"
+step bench-vmm "$build/bench/gpu/tidepool_vmm_calls_bench"
+step bench-compare "$build/bench/gpu/tidepool_compare_bench"
+step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
+  python3 -m pytest -q -s "$root/python/tests/gpu"
+step replay-cuda "$build/tools/tidepool" replay --device cuda "$root"/traces/*.csv.gz
+exit $status
