@@ -63,7 +63,12 @@ with gzip.open(trace, "rt") as rows:
 sync()
 released = tidepool.release_cached_memory()
 held_after = memory.bytes() - baseline
-emit({"framework": framework, "allocator": allocator, "peak_live": peak_live,
+# The pool's own figures beside NVML's, to tell the pool's memory from what else the process holds.
+pool = tidepool.stats(0) if allocator == "tidepool" else None
+emit({"pool_peak_mapped": pool.peak_mapped_bytes if pool else None,
+      "pool_peak_in_use": pool.peak_in_use_bytes if pool else None,
+      "pool_mapped_after": pool.mapped_bytes if pool else None,
+      "framework": framework, "allocator": allocator, "peak_live": peak_live,
       "peak_held": peak_held, "peak_ratio": peak_held / peak_live, "live_after": live_bytes,
       "held_after": held_after, "held_after_ratio": held_after / max(live_bytes, 1),
       "released": released})
