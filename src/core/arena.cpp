@@ -10,7 +10,9 @@
 namespace tidepool::detail {
 
 arena::arena(arena_settings settings, page_table& pages, driver_calls& calls, block_slab& slab)
-    : settings_(settings), pages_(pages), calls_(calls), slab_(slab) {
+    : settings_(settings), granularity_(pages.granularity()), pages_(pages), calls_(calls), slab_(slab) {
+  guards_large_handles_ = settings_.virtual_memory && settings_.kind != arena_kind::small_scratch &&
+                          settings_.kind != arena_kind::small_persistent;
   ensure_slots(1);
 }
 
@@ -203,7 +205,7 @@ void arena::close_window(window& w, std::uint64_t tick) {
 }
 
 driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
-                                        std::vector<std::uint32_t>& out) {
+                                        std::vector<std::uint32_t>& out, std::size_t largest_handle) {
   const std::size_t g = pages_.granularity();
   free_index& any = *slots_[0];
   // A whole handle inside `b` that fits `room`, at or above `from`; returns its id or no_handle.
@@ -215,7 +217,7 @@ driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, st
         continue;
       }
       const page_table::handle_record& h = pages_.record(id);
-      if (h.at >= b->address && h.at + h.size <= b->end() && h.size <= room) return id;
+      if (h.at >= b->address && h.at + h.size <= b->end() && h.size <= room && h.size <= largest_handle) return id;
       p = std::max(p + g, h.at + h.size);
     }
     return page_table::no_handle;

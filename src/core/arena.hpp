@@ -8,7 +8,8 @@
 // few MiB of its own (measured on the loader trace: with one large tier, peak held / peak live was
 // 1.05 with 64 MiB handles, and driver time 6x higher with 2 MiB ones). Within an arena:
 //  - free blocks with every page mapped sit in a free index per stream slot (slot 0: any stream);
-//    take() and give_back() are the fast path: split, coalesce, no driver call;
+//    take() and give_back() are the fast path: split, coalesce, no driver call (requests of a
+//    granule or more are placed to touch the fewest granules, placement.cpp);
 //  - free address space with no page mapped sits in a by-size set, the room growth maps into;
 //  - growth (virtual memory): open_window() picks that room (joined to a free mapped block just
 //    below it, so fewer pages are mapped), the pool maps stolen or new handles there, and
@@ -57,6 +58,7 @@ class arena {
   /// A free mapped block of at least `bytes` reusable on stream `slot`, split to `bytes` and
   /// marked live; nullptr if none.
   [[nodiscard]] block* take(std::size_t bytes, std::uint32_t slot) {
+    if (bytes >= granularity_ || guards_large_handles_) return take_placed(bytes, slot);
     block* own = slots_[slot]->find(bytes);
     block* any = slot != 0 ? slots_[0]->find(bytes) : nullptr;
     block* b = (own != nullptr && (any == nullptr || own->size <= any->size)) ? own : any;
@@ -102,10 +104,10 @@ class arena {
   /// returns the rest of the room.
   void close_window(window& w, std::uint64_t tick);
   /// Unmaps whole handles that lie in free blocks of any stream freed at or before `freed_by`
-  /// (smallest blocks first), while `want` > 0, each no larger than `room`; appends their ids to
-  /// `out` and subtracts their sizes from `want` and `room`.
+  /// (smallest blocks first), while `want` > 0, each no larger than `room` nor `largest_handle`;
+  /// appends their ids to `out` and subtracts their sizes from `want` and `room`.
   driver_status unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
-                                   std::vector<std::uint32_t>& out);
+                                   std::vector<std::uint32_t>& out, std::size_t largest_handle);
 
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
@@ -135,8 +137,31 @@ class arena {
   void tear_down();
 
   [[nodiscard]] const arena_settings& settings() const noexcept { return settings_; }
+  /// Whether blocks here may lie on handles larger than a granule (then no block cuts one).
+  [[nodiscard]] bool guards_large_handles() const noexcept { return guards_large_handles_; }
 
  private:
+  // take() for requests of a granule or more (placement.cpp): placed to touch as few granules as
+  // possible, and in an arena of large handles, never cutting a large handle (see placement.cpp).
+  block* take_placed(std::size_t bytes, std::uint32_t slot);
+  // Carves `bytes` from free block `c` (in an index) for `slot`, or returns nullptr when `c`
+  // cannot serve it without unmapping memory another stream may still use.
+  block* place(block* c, std::size_t bytes, std::uint32_t slot);
+  // Replaces large handle `id` (free, safe, inside free block `c`) by granule handles over
+  // [keep_from, keep_to), leaving the rest of it unmapped; false if it could not (then the whole
+  // handle is unmapped, or, if unmapping failed, nothing changed: `unmapped` says which).
+  bool remap_on_granules(std::uint32_t id, address_range& range, device_address keep_from, device_address keep_to,
+                         bool& unmapped);
+  // Splits free block `c` (in no index) at the edges of `rooms` (sorted, disjoint, inside c) and of
+  // [live_from, live_from + live_bytes) (live_bytes 0: none): rooms become unmapped room, the
+  // live piece is returned marked live for `slot`, other pieces go back to c's index.
+  struct span {
+    device_address from = 0;
+    device_address to = 0;
+  };
+  block* split_around(block* c, const span* rooms, unsigned room_count, device_address live_from,
+                      std::size_t live_bytes, std::uint32_t slot);
+
   // Splits free block `b` (in no index) at `bytes`: the rest becomes a new free block in the index
   // of b's owner.
   void split_free(block* b, std::size_t bytes) {
@@ -217,8 +242,13 @@ class arena {
   };
 
   static constexpr unsigned max_room_scan = 64;
+  static constexpr unsigned max_placement_scan = 32;  // handle boundaries tried by place()
 
   arena_settings settings_;
+  std::size_t granularity_;
+  // Medium and huge arenas (virtual memory) may hold handles larger than a granule (made or
+  // stolen) and keep every such handle under one block (placement.cpp).
+  bool guards_large_handles_ = false;
   page_table& pages_;
   driver_calls& calls_;
   block_slab& slab_;

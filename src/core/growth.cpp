@@ -1,9 +1,13 @@
 // Growth: serving a request the cache of free mapped blocks cannot.
 //
 // In order: (1) hand to every stream the frees whose events have completed and look again;
-// (2) map memory under a window of free address space: first whole free handles stolen from
-// anywhere in the pool (unmapped where they lie, mapped here: held memory does not grow), then new
-// handles, sized by page_table::handle_size_for; (3) the out-of-memory path. Stealing is what keeps
+// (2) map memory under a window of free address space: new handles (sized by
+// page_table::handle_size_for) while the growth budget allows (pool_options::growth_slack), and
+// beyond it whole free handles stolen from anywhere in the pool (unmapped where they lie, mapped
+// here: held memory does not grow, but each costs an unmap, a map and a set-access, more than a
+// new handle does); (3) the out-of-memory path. Stolen handles are
+// granule-sized in the small arenas (small blocks share pages); elsewhere a block never cuts a
+// large handle (placement.cpp). Stealing is what keeps
 // peak held close to peak live: free memory scattered in pieces of 2 MiB still serves a 1 GiB
 // request, because the request needs contiguous addresses only, not contiguous memory.
 #include <fmt/format.h>
@@ -70,10 +74,21 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   // Stolen handles: the other arenas' free memory first, then this arena's own: a hole cut in
   // another region's cache is less likely to be wanted back at once by a request like this one
   // (measured on the random mix of pool_bench: 0.27 driver calls per operation instead of 0.31).
+  // Where blocks may lie on large handles (placement.cpp), the granule that the request's end
+  // falls in gets a granule handle of its own, stolen or new, so the block's neighbour above never
+  // shares a large handle with it; large stolen handles stop short of it.
+  const std::size_t g = pages_.granularity();
+  const bool large = where.guards_large_handles();
+  const std::size_t have = w.below != nullptr ? w.below->size : 0;
+  const bool partial_end = large && size > have && (size - have) % g != 0;
+  // The growth budget (pool_options::growth_slack): new handles up to it, stolen ones beyond.
+  const double budget =
+      (1.0 + options_.growth_slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + size));
+  const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - budget;
+  const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);
   std::vector<std::uint32_t> stolen;
-  std::size_t want = w.map_bytes;
-  std::size_t room = w.room->size;
-  if (want > 0) {
+  std::size_t want = std::min(w.map_bytes, steal_at_least);
+  auto steal = [&](std::size_t room, std::size_t largest) {
     std::array<arena*, arena_kinds> order{};
     unsigned n = 0;
     for (auto& a : arenas_) {
@@ -81,13 +96,20 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
     }
     order[n] = &where;
     for (arena* a : order) {
-      if (want == 0) break;
-      status = a->unmap_free_handles(want, room, std::numeric_limits<std::uint64_t>::max(), stolen);
+      if (want == 0 || failure != driver_status::success) break;
+      status = a->unmap_free_handles(want, room, std::numeric_limits<std::uint64_t>::max(), stolen, largest);
       if (status != driver_status::success) {
         failure = status;
         failed_call = "mem_unmap";
-        break;
       }
+    }
+  };
+  if (want > 0) {
+    if (large) {
+      steal(partial_end ? w.map_bytes - g : w.map_bytes, std::numeric_limits<std::size_t>::max());
+      steal(want, g);  // the end granule, and whatever large handles could not cover
+    } else {
+      steal(w.room->size, g);  // small blocks share pages: granule handles only
     }
   }
   std::size_t mapped = 0;
@@ -109,7 +131,9 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   // New handles for what stealing could not cover.
   std::size_t remaining = failure == driver_status::success && w.map_bytes > mapped ? w.map_bytes - mapped : 0;
   while (remaining > 0) {
-    const std::size_t handle_size = pages_.handle_size_for(size, remaining, where.settings().large_handles);
+    const std::size_t handle_size =
+        pages_.handle_size_for(size, partial_end && remaining > g ? remaining - g : remaining,
+                               where.settings().large_handles);
     if (!within_limits(handle_size, headroom_budget)) {
       result = growth::no_memory;
       break;

@@ -47,6 +47,10 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
       calls_(checked(driver_), device),
       pages_(calls_, open_device(driver_, device)),
       events_(calls_) {
+  if (!(options_.growth_slack >= 0.0) || options_.growth_slack > 1e6) {
+    throw error(error_code::invalid_argument,
+                fmt::format("tidepool: growth_slack {} is not a number from 0 up", options_.growth_slack));
+  }
   driver& d = *driver_;
   const std::size_t granularity = pages_.granularity();
   virtual_memory_ = d.supports_virtual_memory(device);

@@ -133,7 +133,7 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by) {
     std::size_t left = want - released;
     std::size_t room = everything;
     ids.clear();
-    const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids);
+    const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids, everything);
     for (std::uint32_t id : ids) {
       const std::size_t size = pages_.record(id).size;
       const driver_status status = pages_.release(id);

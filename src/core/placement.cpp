@@ -1,0 +1,213 @@
+// Placement: where a request of a granule or more goes inside the free block that serves it, and
+// how an arena of large handles keeps every large handle under one block.
+//
+// After release() the pool holds exactly the granules that live blocks touch (DESIGN 4: live
+// rounded up to 2 MiB pages, no more), so a granule touched needlessly is held needlessly. A block
+// of a granule or more therefore starts at the first granule boundary of its free block when that
+// touches fewer granules (a 32 MiB request at a boundary touches 16 granules, not 17).
+//
+// In the huge arenas handles grow up to 4 granules (page_table.cpp), and a handle goes back whole
+// or not at all. So those arenas keep an invariant: every handle larger than a granule lies wholly
+// inside one block, live or free. A block carved from a free block must not cut one; when its
+// start or end falls inside a large handle, that handle is replaced by granule handles under the
+// block and the rest of it is left unmapped (room for later growth; held memory only shrinks).
+// Unmapping needs the handle to be safe for every stream, so a block is carved that way only from
+// free blocks of slot 0; a free block of the request's own stream that would need it is passed
+// over (the slow path settles it, then takes it). Growth maps the granule holding a request's end
+// as a granule handle of its own (growth.cpp), so fresh memory never needs the re-mapping.
+#include <algorithm>
+#include <array>
+
+#include "core/arena.hpp"
+#include "core/units.hpp"
+
+namespace tidepool::detail {
+
+block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
+  block* own = slots_[slot]->find(bytes);
+  block* any = slot != 0 ? slots_[0]->find(bytes) : nullptr;
+  block* first = own;
+  block* second = any;
+  if (own == nullptr || (any != nullptr && any->size < own->size)) std::swap(first, second);
+  if (first != nullptr) {
+    if (block* b = place(first, bytes, slot)) return b;
+  }
+  if (second != nullptr) {
+    if (block* b = place(second, bytes, slot)) return b;
+  }
+  return nullptr;
+}
+
+block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
+  const std::size_t g = granularity_;
+  if (c->range->segment) {  // one mem_alloc segment: no granules to save, no handles
+    slots_[c->owner]->remove(c);
+    return split_around(c, nullptr, 0, c->address, bytes, slot);
+  }
+  auto granules = [&](device_address from) { return (round_up(from + bytes, g) - round_down(from, g)) / g; };
+  device_address start = c->address;
+  const device_address aligned = round_up(start, g);
+  if (bytes >= g && aligned != start && aligned + bytes <= c->end() &&
+      (bytes % g == 0 && granules(aligned) < granules(start))) {
+    start = aligned;
+  }
+  if (!guards_large_handles_) {
+    slots_[c->owner]->remove(c);
+    return split_around(c, nullptr, 0, start, bytes, slot);
+  }
+
+  // Large handles that [start, end) would cut: at most one at each edge.
+  struct handle_cut {
+    std::uint32_t id;
+    device_address keep_from;
+    device_address keep_to;
+  };
+  std::array<handle_cut, 2> cuts{};
+  unsigned cut_count = 0;
+  auto inside_c = [&](const page_table::handle_record& h) { return h.at >= c->address && h.at + h.size <= c->end(); };
+  // The large handles that [from, from + bytes) would cut; false if one is not inside c (cannot
+  // happen while the invariant holds).
+  auto find_cuts = [&](device_address from) {
+    cut_count = 0;
+    const device_address end = from + bytes;
+    const device_address lo = round_down(from, g);
+    const device_address hi = round_up(end, g);
+    const std::uint32_t low_id = pages_.handle_at(*c->range, lo);
+    const page_table::handle_record& low = pages_.record(low_id);
+    if (low.size > g && (low.at < from || low.at + low.size > end)) {
+      if (!inside_c(low)) return false;
+      cuts[cut_count++] = handle_cut{low_id, lo, std::min(hi, low.at + low.size)};
+    }
+    const std::uint32_t high_id = pages_.handle_at(*c->range, hi - g);
+    if (high_id != low_id) {
+      const page_table::handle_record& high = pages_.record(high_id);
+      if (high.size > g && high.at + high.size > end) {
+        if (!inside_c(high)) return false;
+        cuts[cut_count++] = handle_cut{high_id, high.at, hi};
+      }
+    }
+    return true;
+  };
+  if (!find_cuts(start)) return nullptr;
+  if (cut_count > 0) {
+    // A start at a later handle boundary inside c that cuts nothing costs no driver call (the
+    // same size coming back finds the place it had: growth gave its end granule its own handle).
+    device_address from = round_up(c->address, g);
+    for (unsigned scanned = 0; scanned < max_placement_scan && from + bytes <= c->end(); ++scanned) {
+      const page_table::handle_record& h = pages_.record(pages_.handle_at(*c->range, from));
+      if (h.at == from && from != start && find_cuts(from) && cut_count == 0) {
+        start = from;
+        break;
+      }
+      from = h.at + h.size;
+    }
+    if (cut_count > 0 && !find_cuts(start)) return nullptr;
+  }
+  if (cut_count > 0 && c->owner != 0) return nullptr;  // another stream's work may still use it  // another stream's work may still use it
+
+  slots_[c->owner]->remove(c);
+  std::array<span, 4> rooms{};
+  unsigned room_count = 0;
+  bool placed = true;
+  for (unsigned i = 0; i < cut_count; ++i) {
+    const page_table::handle_record h = pages_.record(cuts[i].id);
+    bool unmapped = false;
+    if (remap_on_granules(cuts[i].id, *c->range, cuts[i].keep_from, cuts[i].keep_to, unmapped)) {
+      if (h.at < cuts[i].keep_from) rooms[room_count++] = span{h.at, cuts[i].keep_from};
+      if (cuts[i].keep_to < h.at + h.size) rooms[room_count++] = span{cuts[i].keep_to, h.at + h.size};
+    } else {
+      placed = false;
+      if (unmapped) rooms[room_count++] = span{h.at, h.at + h.size};
+    }
+  }
+  if (room_count > 1 && rooms[1].from < rooms[0].from) std::swap(rooms[0], rooms[1]);  // at most 2 per handle,
+  if (room_count > 3 && rooms[3].from < rooms[2].from) std::swap(rooms[2], rooms[3]);  // handles in order
+  if (room_count > 2 && rooms[2].from < rooms[0].from) {
+    std::swap(rooms[0], rooms[2]);
+    if (room_count > 3) std::swap(rooms[1], rooms[3]);
+  }
+  if (!placed) {
+    (void)split_around(c, rooms.data(), room_count, 0, 0, slot);
+    return nullptr;
+  }
+  return split_around(c, rooms.data(), room_count, start, bytes, slot);
+}
+
+bool arena::remap_on_granules(std::uint32_t id, address_range& range, device_address keep_from,
+                              device_address keep_to, bool& unmapped) {
+  const std::size_t g = granularity_;
+  unmapped = false;
+  if (pages_.unmap(id) != driver_status::success) return false;
+  unmapped = true;
+  // A handle that will not go back is lost to the pool either way; the granules below replace it.
+  (void)pages_.release(id);
+  device_address p = keep_from;
+  for (; p < keep_to; p += g) {
+    std::uint32_t fresh = 0;
+    if (pages_.create(g, fresh) != driver_status::success) break;
+    if (pages_.map(fresh, range, p) != driver_status::success) {
+      (void)pages_.release(fresh);
+      break;
+    }
+  }
+  if (p == keep_to) return true;
+  for (device_address q = keep_from; q < p; q += g) {  // undo: the whole handle's span is left unmapped
+    const std::uint32_t fresh = pages_.handle_at(range, q);
+    (void)pages_.unmap(fresh);
+    (void)pages_.release(fresh);
+  }
+  return false;
+}
+
+block* arena::split_around(block* c, const span* rooms, unsigned room_count, device_address live_from,
+                           std::size_t live_bytes, std::uint32_t slot) {
+  if (room_count == 0 && live_bytes != 0 && live_from == c->address) {  // the common case
+    if (c->size > live_bytes) split_free(c, live_bytes);
+    c->state = block_state::live;
+    c->owner = slot;
+    return c;
+  }
+  std::array<device_address, 10> edges{};
+  unsigned edge_count = 0;
+  for (unsigned i = 0; i < room_count; ++i) {
+    edges[edge_count++] = rooms[i].from;
+    edges[edge_count++] = rooms[i].to;
+  }
+  if (live_bytes != 0) {
+    edges[edge_count++] = live_from;
+    edges[edge_count++] = live_from + live_bytes;
+  }
+  for (unsigned i = 1; i < edge_count; ++i) {  // insertion sort: ten edges at most
+    for (unsigned j = i; j > 0 && edges[j] < edges[j - 1]; --j) std::swap(edges[j], edges[j - 1]);
+  }
+  block* live = nullptr;
+  auto settle_piece = [&](block* piece) {
+    const device_address a = piece->address;
+    for (unsigned i = 0; i < room_count; ++i) {
+      if (a >= rooms[i].from && a < rooms[i].to) {
+        coalesce_unmapped(piece);
+        return;
+      }
+    }
+    if (live_bytes != 0 && a == live_from) {
+      piece->state = block_state::live;
+      piece->owner = slot;
+      live = piece;
+      return;
+    }
+    slots_[piece->owner]->insert(piece);
+  };
+  const device_address c_end = c->end();
+  block* rest = c;
+  for (unsigned i = 0; i < edge_count; ++i) {
+    const device_address x = edges[i];
+    if (x <= rest->address || x >= c_end) continue;
+    block* piece = rest;
+    rest = cut(rest, x - rest->address);
+    settle_piece(piece);
+  }
+  settle_piece(rest);
+  return live;
+}
+
+}  // namespace tidepool::detail
