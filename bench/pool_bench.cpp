@@ -1,9 +1,12 @@
 // pool_bench: the cost of allocate/deallocate of cached memory on the simulated GPU (no driver call
 // is on this path, so sim or cuda makes no difference to it).
 //   SameSizePair/<bytes>: allocate + deallocate of one size, over and over (ns_per_op = per call).
-//   RandomMix/<slots>: `slots` live allocations of 256 B to 64 MiB (log-uniform); each iteration
-//   frees a random slot and allocates a new random size into it (two calls; ns_per_op per call).
-//   driver_us_per_op: the modelled driver time of the handles mapped on misses, per call.
+//   RandomMix/slots:<n>/slack_permille:<s>: `n` live allocations of 256 B to 64 MiB (log-uniform);
+//   each iteration frees a random slot and allocates a new random size into it (two calls;
+//   ns_per_op per call), with pool_options::growth_slack = s / 1000: the default (10) steals free
+//   handles on most misses, a generous one (500) creates new ones and then hits its cache.
+//   driver_calls_per_op, driver_us_per_op: the driver calls made on misses (modelled time), per
+//   call; held_over_live: memory held over memory in use at the end.
 // Run: build-*/bench/pool_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -38,7 +41,9 @@ void SameSizePair(benchmark::State& state) {
 
 void RandomMix(benchmark::State& state) {
   auto sim = make_device();
-  tidepool::pool p(sim, 0);
+  tidepool::pool_options options;
+  options.growth_slack = static_cast<double>(state.range(1)) / 1000.0;
+  tidepool::pool p(sim, 0, options);
   const auto slots = static_cast<std::size_t>(state.range(0));
   // Random choices are drawn before timing: 64Ki (slot, size) pairs, used round robin.
   constexpr std::size_t draws = 1 << 16;
@@ -78,7 +83,12 @@ void RandomMix(benchmark::State& state) {
 }
 
 BENCHMARK(SameSizePair)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
-BENCHMARK(RandomMix)->Arg(1000)->Arg(10000);
+BENCHMARK(RandomMix)
+    ->ArgNames({"slots", "slack_permille"})
+    ->Args({1000, 10})
+    ->Args({1000, 500})
+    ->Args({10000, 10})
+    ->Args({10000, 500});
 
 }  // namespace
 
