@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -147,11 +148,11 @@ class arena {
   // Carves `bytes` from free block `c` (in an index) for `slot`, or returns nullptr when `c`
   // cannot serve it without unmapping memory another stream may still use.
   block* place(block* c, std::size_t bytes, std::uint32_t slot);
-  // Replaces large handle `id` (free, safe, inside free block `c`) by granule handles over
-  // [keep_from, keep_to), leaving the rest of it unmapped; false if it could not (then the whole
-  // handle is unmapped, or, if unmapping failed, nothing changed: `unmapped` says which).
-  bool remap_on_granules(std::uint32_t id, address_range& range, device_address keep_from, device_address keep_to,
-                         bool& unmapped);
+  // Replaces large handle `id` (free, safe to unmap) by new handles split at `splits` (those inside
+  // it); false if it could not (then the whole handle is unmapped, or, if unmapping failed,
+  // nothing changed: `unmapped` says which).
+  bool remap_split(std::uint32_t id, address_range& range, const std::array<device_address, 4>& splits,
+                   bool& unmapped);
   // Splits free block `c` (in no index) at the edges of `rooms` (sorted, disjoint, inside c) and of
   // [live_from, live_from + live_bytes) (live_bytes 0: none): rooms become unmapped room, the
   // live piece is returned marked live for `slot`, other pieces go back to c's index.

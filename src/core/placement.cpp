@@ -9,8 +9,9 @@
 // In the huge arenas handles grow up to 4 granules (page_table.cpp), and a handle goes back whole
 // or not at all. So those arenas keep an invariant: every handle larger than a granule lies wholly
 // inside one block, live or free. A block carved from a free block must not cut one; when its
-// start or end falls inside a large handle, that handle is replaced by granule handles under the
-// block and the rest of it is left unmapped (room for later growth; held memory only shrinks).
+// start or end falls inside a large handle, that handle is replaced by new handles split where the
+// block's granules begin and end (the granule holding an unaligned edge gets a handle of its own),
+// so each piece lies under the block or beside it, and nothing held changes.
 // Unmapping needs the handle to be safe for every stream, so a block is carved that way only from
 // free blocks of slot 0; a free block of the request's own stream that would need it is passed
 // over (the slow path settles it, then takes it). Growth maps the granule holding a request's end
@@ -59,8 +60,6 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   // Large handles that [start, end) would cut: at most one at each edge.
   struct handle_cut {
     std::uint32_t id;
-    device_address keep_from;
-    device_address keep_to;
   };
   std::array<handle_cut, 2> cuts{};
   unsigned cut_count = 0;
@@ -76,14 +75,14 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
     const page_table::handle_record& low = pages_.record(low_id);
     if (low.size > g && (low.at < from || low.at + low.size > end)) {
       if (!inside_c(low)) return false;
-      cuts[cut_count++] = handle_cut{low_id, lo, std::min(hi, low.at + low.size)};
+      cuts[cut_count++] = handle_cut{low_id};
     }
     const std::uint32_t high_id = pages_.handle_at(*c->range, hi - g);
     if (high_id != low_id) {
       const page_table::handle_record& high = pages_.record(high_id);
       if (high.size > g && high.at + high.size > end) {
         if (!inside_c(high)) return false;
-        cuts[cut_count++] = handle_cut{high_id, high.at, hi};
+        cuts[cut_count++] = handle_cut{high_id};
       }
     }
     return true;
@@ -109,13 +108,16 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   std::array<span, 4> rooms{};
   unsigned room_count = 0;
   bool placed = true;
+  // Where the block's granules begin and end: a large handle is split there, each piece one new
+  // handle (lying wholly under the block, or wholly beside it).
+  const device_address end = start + bytes;
+  const device_address lo = round_down(start, g);
+  const device_address hi = round_up(end, g);
+  const std::array<device_address, 4> splits = {lo, start != lo ? lo + g : lo, end != hi ? hi - g : hi, hi};
   for (unsigned i = 0; i < cut_count; ++i) {
     const page_table::handle_record h = pages_.record(cuts[i].id);
     bool unmapped = false;
-    if (remap_on_granules(cuts[i].id, *c->range, cuts[i].keep_from, cuts[i].keep_to, unmapped)) {
-      if (h.at < cuts[i].keep_from) rooms[room_count++] = span{h.at, cuts[i].keep_from};
-      if (cuts[i].keep_to < h.at + h.size) rooms[room_count++] = span{cuts[i].keep_to, h.at + h.size};
-    } else {
+    if (!remap_split(cuts[i].id, *c->range, splits, unmapped)) {
       placed = false;
       if (unmapped) rooms[room_count++] = span{h.at, h.at + h.size};
     }
@@ -133,28 +135,34 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   return split_around(c, rooms.data(), room_count, start, bytes, slot);
 }
 
-bool arena::remap_on_granules(std::uint32_t id, address_range& range, device_address keep_from,
-                              device_address keep_to, bool& unmapped) {
-  const std::size_t g = granularity_;
+bool arena::remap_split(std::uint32_t id, address_range& range, const std::array<device_address, 4>& splits,
+                        bool& unmapped) {
+  const page_table::handle_record h = pages_.record(id);
   unmapped = false;
   if (pages_.unmap(id) != driver_status::success) return false;
   unmapped = true;
-  // A handle that will not go back is lost to the pool either way; the granules below replace it.
+  // A handle that will not go back is lost to the pool either way; the pieces below replace it.
   (void)pages_.release(id);
-  device_address p = keep_from;
-  for (; p < keep_to; p += g) {
+  device_address from = h.at;
+  std::array<std::uint32_t, 5> made{};
+  unsigned made_count = 0;
+  bool ok = true;
+  for (unsigned i = 0; i <= splits.size() && ok; ++i) {
+    const device_address to = i < splits.size() ? splits[i] : h.at + h.size;
+    if (to <= from || to > h.at + h.size) continue;
     std::uint32_t fresh = 0;
-    if (pages_.create(g, fresh) != driver_status::success) break;
-    if (pages_.map(fresh, range, p) != driver_status::success) {
+    ok = pages_.create(to - from, fresh) == driver_status::success;
+    if (ok && pages_.map(fresh, range, from) != driver_status::success) {
       (void)pages_.release(fresh);
-      break;
+      ok = false;
     }
+    if (ok) made[made_count++] = fresh;
+    from = to;
   }
-  if (p == keep_to) return true;
-  for (device_address q = keep_from; q < p; q += g) {  // undo: the whole handle's span is left unmapped
-    const std::uint32_t fresh = pages_.handle_at(range, q);
-    (void)pages_.unmap(fresh);
-    (void)pages_.release(fresh);
+  if (ok) return true;
+  for (unsigned i = 0; i < made_count; ++i) {  // undo: the whole handle's span is left unmapped
+    (void)pages_.unmap(made[i]);
+    (void)pages_.release(made[i]);
   }
   return false;
 }
