@@ -116,8 +116,11 @@ driver_status arena::reserve_range(std::size_t at_least, block*& space) {
 
 driver_status arena::open_window(std::size_t bytes, window& w) {
   const std::size_t g = pages_.granularity();
-  auto free_neighbour = [](block* b) {
-    return b != nullptr && b->state == block_state::free_mapped && b->owner == 0 ? b : nullptr;
+  // A free block below the room take_placed() chose to extend may belong to the request's stream.
+  std::uint32_t below_slot = 0;
+  auto free_neighbour = [&below_slot](block* b) {
+    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == below_slot) ? b
+                                                                                                              : nullptr;
   };
   // Bytes to map if the request is placed in `room`, starting at the free block below it;
   // 0 if it does not fit.
@@ -129,13 +132,24 @@ driver_status arena::open_window(std::size_t bytes, window& w) {
     if (have + room->size + after < bytes) return 0;
     return std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
   };
+  block* room = nullptr;
+  std::size_t best_cost = 0;
+  if (extension_room_ != nullptr) {  // take_placed() passed over a wasteful fit for this one
+    below_slot = extension_slot_;
+    auto it = rooms_.find(extension_room_);
+    if (it != rooms_.end() && cost(*it) != 0) {
+      room = *it;
+    } else {
+      below_slot = 0;
+    }
+    extension_room_ = nullptr;
+  }
   block probe;
   probe.address = 0;
   probe.size = round_up(bytes, g) > 2 * g ? round_up(bytes, g) - 2 * g : g;
-  block* room = nullptr;
-  std::size_t best_cost = 0;
   unsigned scanned = 0;
-  for (auto it = rooms_.lower_bound(&probe); it != rooms_.end() && scanned < max_room_scan; ++it, ++scanned) {
+  for (auto it = rooms_.lower_bound(&probe); room == nullptr && it != rooms_.end() && scanned < max_room_scan;
+       ++it, ++scanned) {
     const std::size_t c = cost(*it);
     if (c != 0 && (room == nullptr || c < best_cost)) {
       room = *it;
@@ -156,13 +170,14 @@ driver_status arena::open_window(std::size_t bytes, window& w) {
     room->state = block_state::busy;
   }
   block* below = free_neighbour(room->prev);
+  below_slot = 0;  // above joins only if free for every stream
   block* above = free_neighbour(room->next);
   const std::size_t have = below != nullptr ? below->size : 0;
   w.map_bytes = std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
   if (w.map_bytes < room->size || have + room->size >= bytes) above = nullptr;  // not needed
   for (block* b : {below, above}) {
     if (b == nullptr) continue;
-    slots_[0]->remove(b);
+    slots_[b->owner]->remove(b);
     b->state = block_state::busy;
   }
   w.below = below;
@@ -181,7 +196,7 @@ void arena::close_window(window& w, std::uint64_t tick) {
   if (mapped == 0) {
     coalesce_unmapped(room);
     for (block* b : {w.below, w.above}) {
-      if (b != nullptr) slots_[0]->insert(b);
+      if (b != nullptr) slots_[b->owner]->insert(b);
     }
     w = window{};
     return;
@@ -191,7 +206,7 @@ void arena::close_window(window& w, std::uint64_t tick) {
     coalesce_unmapped(rest);
   }
   room->state = block_state::free_mapped;
-  room->owner = 0;
+  room->owner = w.below != nullptr ? w.below->owner : 0;  // a stream's block extended stays its own
   room->free_sequence = 0;
   room->freed_tick = tick;
   if (w.below != nullptr) absorb_prev(room);
@@ -200,7 +215,7 @@ void arena::close_window(window& w, std::uint64_t tick) {
     if (n != w.above) slots_[0]->remove(n);
     absorb_next(room);
   }
-  slots_[0]->insert(room);
+  slots_[room->owner]->insert(room);
   w = window{};
 }
 

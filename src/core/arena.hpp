@@ -81,6 +81,13 @@ class arena {
     slots_[b->owner]->insert(b);
   }
 
+  /// Whether take() may pass over a free block much larger than the request when a smaller free
+  /// block can be extended into the unmapped room above it instead (placement.cpp); the slow path
+  /// turns it off once growth has had its chance, so a later take() serves from what there is.
+  void allow_extension(bool allowed) noexcept {
+    extension_allowed_ = allowed;
+  }
+
   /// Makes room for stream slots up to `count` - 1.
   void ensure_slots(std::uint32_t count);
   /// Whether stream `slot` owns free blocks here.
@@ -148,6 +155,9 @@ class arena {
   // Carves `bytes` from free block `c` (in an index) for `slot`, or returns nullptr when `c`
   // cannot serve it without unmapping memory another stream may still use.
   block* place(block* c, std::size_t bytes, std::uint32_t slot);
+  // An unmapped room whose free block below (of any stream or of `slot`) is smaller than `bytes` but would serve
+  // it with the fewest bytes mapped, at most `most_to_map`; nullptr if none (placement.cpp).
+  block* room_to_extend(std::size_t bytes, std::size_t most_to_map, std::uint32_t slot) const;
   // Replaces large handle `id` (free, safe to unmap) by new handles split at `splits` (those inside
   // it); false if it could not (then the whole handle is unmapped, or, if unmapping failed,
   // nothing changed: `unmapped` says which).
@@ -244,6 +254,9 @@ class arena {
 
   static constexpr unsigned max_room_scan = 64;
   static constexpr unsigned max_placement_scan = 32;  // handle boundaries tried by place()
+  // take_placed() extends a smaller free block when the best fit wastes more than 1/16 of the
+  // request and the extension maps at most that much (placement.cpp).
+  static constexpr std::size_t extension_divisor = 16;
 
   arena_settings settings_;
   std::size_t granularity_;
@@ -257,6 +270,10 @@ class arena {
   std::set<block*, by_size_then_address> rooms_;
   std::vector<std::unique_ptr<address_range>> ranges_;
   std::size_t reserved_bytes_ = 0;
+  // Set by take_placed() when it declined a wasteful fit for an extension; open_window() prefers it.
+  bool extension_allowed_ = true;
+  block* extension_room_ = nullptr;
+  std::uint32_t extension_slot_ = 0;  // the stream slot whose free block below it may be extended
 };
 
 }  // namespace tidepool::detail

@@ -41,6 +41,13 @@ namespace {
 block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s) {
   settle_frees(false);
   if (block* b = where.take(size, s.slot)) return b;
+  // take() may have passed over a wasteful fit to extend a smaller free block (placement.cpp):
+  // growth maps that extension; after it, take() serves from whatever fits.
+  struct extension_back_on {
+    arena& a;
+    ~extension_back_on() { a.allow_extension(true); }
+  } restore{where};
+  where.allow_extension(false);
   if (grow(where, size) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }

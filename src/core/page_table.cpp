@@ -5,7 +5,7 @@
 // must go back one by one, and a handle that a live block pins only in part strands the rest. The
 // huge region (requests above 16 granules, 32 MiB, where only huge blocks live) maps handles that
 // grow with the request: the largest power-of-two multiple of the granularity that is at most
-// 1/large_handle_divisor of the request, capped at max_large_handle_granules.
+// 1/large_handle_divisor of the request, capped at max_large_handle_granules (64 MiB).
 //
 // Measured with `tidepool replay traces/*.csv.gz` (sim, H200 costs; gpt2 / loader / resnet50;
 // huge from 32 MiB on, before the threshold moved above 32 MiB):
@@ -19,6 +19,15 @@
 // the `exact` baseline on every trace with peak held/live at most 1.012. With 32 MiB requests
 // kept in the medium region (2 MiB handles), the chosen row became 1.006/1.012/1.011,
 // 72/5710/66 MiB, 375/504/143 ms.
+// Since then no block cuts a handle larger than a granule (placement.cpp), so a large handle no
+// longer strands memory at release and larger ones cost only cut repairs. With extension
+// (placement.cpp), driver ms gpt2/loader/resnet50 (exact: 506/575/267) and peak held/live:
+//   16 / 4 (8M)     346/655/159   1.011/1.005/1.015
+//    8 / 16 (32M)   253/600/143   1.010/1.005/1.021
+//    8 / 32 (64M)   255/586/143   1.010/1.005/1.021
+//    4 / 16 (32M)   227/582/125   1.011/1.009/1.014
+//    4 / 32 (64M)   224/573/125   1.013/1.008/1.014   <- chosen: the loader under exact's
+//    4 / 64 (128M)  219/587/125   1.023/1.006/1.014
 #include "core/page_table.hpp"
 
 #include <algorithm>
@@ -27,8 +36,8 @@
 
 namespace tidepool::detail {
 namespace {
-constexpr std::size_t large_handle_divisor = 16;
-constexpr std::size_t max_large_handle_granules = 4;
+constexpr std::size_t large_handle_divisor = 4;
+constexpr std::size_t max_large_handle_granules = 32;
 }  // namespace
 
 void page_table::add_held(std::size_t bytes) noexcept {
