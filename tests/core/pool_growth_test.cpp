@@ -1,0 +1,86 @@
+// Growth of the huge arena under recurring requests whose sizes drift a little each round (the
+// loader trace's pattern): a request slightly larger than its old block extends a free block into
+// the unmapped room above it (placement.cpp) rather than taking a larger block and leaving the last
+// request of the round to steal its whole size, so after the first rounds a round costs half the
+// driver calls it did, and the pool stays correct (every check of pool_checker after every
+// step, on a stream of its own and on the default stream).
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "pool_checker.hpp"
+
+namespace tidepool::testing {
+namespace {
+
+// Map and unmap calls of one pool so far.
+std::uint64_t moving_calls(const pool& p) {
+  const driver_call_counts& d = p.stats().driver;
+  return d.of(driver_call::mem_map) + d.of(driver_call::mem_unmap);
+}
+
+void run_drifting_rounds(stream_t stream, sim_driver& sim, pool& p) {
+  pool_checker checker(sim, p);
+  // Six huge scratch requests a round (40 to 100 MiB: above the 32 MiB medium limit), all freed
+  // at the end of the round, each size off by up to 2% from its base every round.
+  const std::array<std::size_t, 6> base = {48 * MiB, 50 * MiB, 68 * MiB, 44 * MiB, 62 * MiB, 96 * MiB};
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> drift(0.98, 1.02);
+  constexpr int rounds = 40;
+  constexpr int warm_rounds = 10;
+  std::uint64_t calls_after_warmup = 0;
+  std::size_t peak_live = 0;
+  for (int round = 0; round < rounds; ++round) {
+    if (round == warm_rounds) calls_after_warmup = moving_calls(p);
+    std::vector<void*> live;
+    std::size_t live_bytes = 0;
+    for (std::size_t b : base) {
+      const auto bytes = static_cast<std::size_t>(static_cast<double>(b) * drift(rng)) / 4096 * 4096;
+      live.push_back(checker.allocate(bytes, stream));
+      live_bytes += bytes;
+      peak_live = std::max(peak_live, live_bytes);
+      checker.check();
+    }
+    for (void* ptr : live) {
+      checker.free(ptr);
+      checker.check();
+    }
+  }
+  checker.check_patterns();
+  const std::uint64_t per_round = (moving_calls(p) - calls_after_warmup) / (rounds - warm_rounds);
+  std::printf("drifting huge rounds: %llu map/unmap calls per round after warm-up, peak held %.3f x peak live\n",
+              static_cast<unsigned long long>(per_round),
+              static_cast<double>(p.stats().peak_mapped_bytes) / static_cast<double>(peak_live));
+  // Measured: 34 map/unmap calls a round with best fit alone (the cascade), 17 with extension.
+  EXPECT_LE(per_round, 24u) << "recurring requests keep moving handles";
+  // At this scale a 2 MiB granule and a 12-24 MiB handle are large next to the requests: 1.10
+  // measured; the bound only catches a pool that keeps growing instead of reusing.
+  EXPECT_LE(static_cast<double>(p.stats().peak_mapped_bytes), 1.15 * static_cast<double>(peak_live));
+  const std::size_t returned = p.release();
+  EXPECT_GT(returned, 0u);
+  EXPECT_EQ(p.stats().mapped_bytes, 0u) << "nothing is live: release() hands everything back";
+}
+
+TEST(PoolGrowth, DriftingHugeRequestsOnTheDefaultStream) {
+  auto sim = std::make_shared<sim_driver>(small_device(2048 * MiB));
+  pool p(sim, 0);
+  run_drifting_rounds(nullptr, *sim, p);
+}
+
+TEST(PoolGrowth, DriftingHugeRequestsOnAStreamOfTheirOwn) {
+  auto sim = std::make_shared<sim_driver>(small_device(2048 * MiB));
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  {
+    pool p(sim, 0);
+    run_drifting_rounds(s, *sim, p);
+  }
+  EXPECT_EQ(sim->stream_destroy(0, s), driver_status::success);
+}
+
+}  // namespace
+}  // namespace tidepool::testing
