@@ -2,7 +2,8 @@
 # Everything that needs a GPU, in one run (made for the lent H200 machine): builds tidepool with the
 # PyTorch side-by-side benchmark, then runs the GPU tests (CTest label `gpu`), the driver-call and
 # side-by-side benchmarks, the Python GPU tests (PyTorch, CuPy, NVML) and the replay of every bundled
-# trace on the real GPU. Logs go to LOG_DIR (default: $OUT where set, else gpu-logs/).
+# trace on the real GPU. Logs go to LOG_DIR (default: $OUT where set, else gpu-logs/). STEPS picks
+# some of the steps (default: all): gpu-tests bench-vmm bench-compare python-gpu replay-cuda.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -17,8 +18,10 @@ torch_dir=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/de
 } > "$logs/build.txt" 2>&1 || { tail -40 "$logs/build.txt"; exit 1; }
 echo "built"
 status=0
+steps=" ${STEPS:-gpu-tests bench-vmm bench-compare python-gpu replay-cuda} "
 step() {  # $1: log name; the rest: the command
   local name=$1; shift
+  [[ $steps == *" $name "* ]] || return 0
   echo "=== $name: $*"
   "$@" > "$logs/$name.txt" 2>&1; local rc=$?
   tail -25 "$logs/$name.txt"
