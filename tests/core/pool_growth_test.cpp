@@ -3,10 +3,12 @@
 // the unmapped room above it (placement.cpp) rather than taking a larger block and leaving the last
 // request of the round to steal its whole size, so after the first rounds a round costs half the
 // driver calls it did, and the pool stays correct (every check of pool_checker after every
-// step, on a stream of its own and on the default stream).
+// step, on a stream of its own and on the default stream). And the adaptive growth budget: a mix
+// that keeps stealing without reaching a new peak of live memory stops stealing; release() resets it.
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -80,6 +82,52 @@ TEST(PoolGrowth, DriftingHugeRequestsOnAStreamOfTheirOwn) {
     run_drifting_rounds(s, *sim, p);
   }
   EXPECT_EQ(sim->stream_destroy(0, s), driver_status::success);
+}
+
+// A random mix that keeps stealing without live memory ever reaching a new peak widens its growth
+// budget (growth.cpp), so its misses stop costing driver calls; release() narrows it again.
+TEST(PoolGrowth, AStealingMixWidensItsBudgetAndReleaseNarrowsIt) {
+  auto sim = std::make_shared<sim_driver>(small_device(2048 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  constexpr std::size_t slots = 150;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> log_size(std::log(256.0), std::log(64.0 * MiB));
+  auto draw = [&] { return static_cast<std::size_t>(std::exp(log_size(rng))); };
+  std::vector<void*> live(slots);
+  for (void*& ptr : live) ptr = checker.allocate(draw());
+  // Map and unmap calls over `ops` replacements of a random slot.
+  auto churn = [&](int ops) {
+    const std::uint64_t before = moving_calls(p);
+    for (int i = 0; i < ops; ++i) {
+      void*& ptr = live[rng() % slots];
+      checker.free(ptr);
+      ptr = checker.allocate(draw());
+      if (i % 64 == 0) checker.check();
+    }
+    return moving_calls(p) - before;
+  };
+  const std::uint64_t early = churn(2000);
+  (void)churn(20000);
+  const std::uint64_t late = churn(2000);
+  std::printf("stealing mix: %llu map/unmap calls in the first 2000 replacements, %llu in 2000 after 20000 more\n",
+              static_cast<unsigned long long>(early), static_cast<unsigned long long>(late));
+  EXPECT_LT(late * 4, early) << "the budget did not widen: the mix still steals";
+  const double widened = static_cast<double>(p.stats().mapped_bytes) / static_cast<double>(p.stats().peak_in_use_bytes);
+  checker.check();
+  checker.check_patterns();
+
+  // release() narrows the budget to growth_slack again: held memory grows back only by stealing.
+  (void)p.release();
+  const std::uint64_t after_release = churn(2000);
+  const double narrowed = static_cast<double>(p.stats().mapped_bytes) / static_cast<double>(p.stats().peak_in_use_bytes);
+  std::printf("held / peak in use: %.3f widened, %.3f after release() and 2000 replacements (%llu map/unmap calls)\n",
+              widened, narrowed, static_cast<unsigned long long>(after_release));
+  EXPECT_GT(widened, 1.1) << "the widened budget should let held memory grow past growth_slack";
+  EXPECT_LT(narrowed, 1.05) << "release() did not narrow the budget back to growth_slack";
+  checker.check();
+  for (void* ptr : live) checker.free(ptr);
+  checker.check();
 }
 
 }  // namespace
