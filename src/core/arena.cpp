@@ -220,7 +220,8 @@ void arena::close_window(window& w, std::uint64_t tick) {
 }
 
 driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
-                                        std::vector<std::uint32_t>& out, std::size_t largest_handle) {
+                                        std::vector<std::uint32_t>& out, std::size_t largest_handle,
+                                        std::size_t smallest_handle) {
   const std::size_t g = pages_.granularity();
   free_index& any = *slots_[0];
   // A whole handle inside `b` that fits `room`, at or above `from`; returns its id or no_handle.
@@ -232,7 +233,10 @@ driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, st
         continue;
       }
       const page_table::handle_record& h = pages_.record(id);
-      if (h.at >= b->address && h.at + h.size <= b->end() && h.size <= room && h.size <= largest_handle) return id;
+      if (h.at >= b->address && h.at + h.size <= b->end() && h.size <= room && h.size <= largest_handle &&
+          h.size >= smallest_handle) {
+        return id;
+      }
       p = std::max(p + g, h.at + h.size);
     }
     return page_table::no_handle;

@@ -112,10 +112,12 @@ class arena {
   /// returns the rest of the room.
   void close_window(window& w, std::uint64_t tick);
   /// Unmaps whole handles that lie in free blocks of any stream freed at or before `freed_by`
-  /// (smallest blocks first), while `want` > 0, each no larger than `room` nor `largest_handle`;
+  /// (smallest blocks first), while `want` > 0, each no larger than `room` nor `largest_handle`
+  /// and no smaller than `smallest_handle`;
   /// appends their ids to `out` and subtracts their sizes from `want` and `room`.
   driver_status unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
-                                   std::vector<std::uint32_t>& out, std::size_t largest_handle);
+                                   std::vector<std::uint32_t>& out, std::size_t largest_handle,
+                                   std::size_t smallest_handle = 0);
 
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
