@@ -4,7 +4,8 @@
 //   RandomMix/slots:<n>/slack_permille:<s>: `n` live allocations of 256 B to 64 MiB (log-uniform);
 //   each iteration frees a random slot and allocates a new random size into it (two calls;
 //   ns_per_op per call), with pool_options::growth_slack = s / 1000: the default (10) steals free
-//   handles on most misses, a generous one (500) creates new ones and then hits its cache.
+//   handles on misses until the adaptive budget (src/core/growth.cpp) sees it stealing without a
+//   new peak and widens, a generous one (500) creates new ones and then hits its cache.
 //   driver_calls_per_op, driver_us_per_op: the driver calls made on misses (modelled time), per
 //   call; held_over_live: memory held over memory in use at the end.
 // Run: build-*/bench/pool_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
