@@ -58,7 +58,9 @@ with gzip.open(trace, "rt") as rows:
             peak_live = max(peak_live, live_bytes)
             peak_held = max(peak_held, memory.bytes() - baseline)
         elif row["Action"] == "free":
-            _, freed = live.pop(pointer)
+            # Index the popped pair: unpacking it into a name would keep the array alive until
+            # the next free, holding one more array than the trace says is live.
+            freed = live.pop(pointer)[1]
             live_bytes -= freed
 sync()
 released = tidepool.release_cached_memory()
