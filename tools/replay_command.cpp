@@ -101,7 +101,8 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   command
       ->add_option("--allocators", settings->allocators,
                    fmt::format("comma-separated, from {} (default: all)", fmt::join(replay::allocator_names(), ",")))
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);  // "--allocators a,b TRACE" must leave TRACE to the traces
   command->add_flag("--json", settings->json, "print one JSON array instead of tables");
   command->callback([settings, &exit_code] {
     run_replay(*settings);
