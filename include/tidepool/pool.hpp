@@ -58,9 +58,10 @@ struct pool_options {
   /// memory held, but about 60 us of driver calls per 2 MiB handle). 0 steals on every miss
   /// (tightest); larger values trade held memory for fewer driver calls. The default keeps peak
   /// held / peak live within 1.02 on the bundled traces (measured in src/core/growth.cpp). Must be >= 0.
-  /// The budget adapts: once the bytes stolen since in-use memory last set a peak exceed that peak
-  /// (a workload that keeps stealing without growing, like a random mix), it widens by 0.02,
-  /// doubling each time, up to 0.5 more; release() narrows it back to growth_slack.
+  /// The budget adapts: once the bytes stolen since in-use memory last set a peak exceed half
+  /// that peak (a workload that keeps stealing without growing: a random mix, the first steps of
+  /// a training loop), it widens by 0.02, doubling each time, up to 0.5 more; release() narrows
+  /// it back to growth_slack.
   double growth_slack = 0.01;
 };
 

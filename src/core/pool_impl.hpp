@@ -131,7 +131,7 @@ class pool_impl {
   // Counts `stolen_bytes` stolen by a growth and widens the growth budget when stealing goes on
   // without live memory reaching a new peak (growth.cpp).
   void adapt_growth_budget(std::size_t stolen_bytes);
-  static constexpr double adaptive_steal_multiple = 1.0;  // stolen bytes since the peak, in peaks
+  static constexpr double adaptive_steal_multiple = 0.5;  // stolen bytes since the peak, in peaks
   static constexpr double adaptive_slack_step = 0.02;     // first widening; each next one doubles
   static constexpr double max_adaptive_slack = 0.5;
   [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget);
