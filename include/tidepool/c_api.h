@@ -97,6 +97,9 @@ typedef struct tidepool_pool_options_t {
   uint64_t address_range_bytes;   /**< reserve address space in ranges of this size (0: auto) */
   int32_t immediate_release;      /**< 1: hand free pages back at once */
   int32_t reserved_;              /**< zero */
+  double growth_slack;            /**< growth budget: held memory may pass peak in use by this
+                                       fraction before free handles are moved instead of new ones
+                                       made (tidepool::pool_options::growth_slack; default 0.01) */
 } tidepool_pool_options_t;
 
 /** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return

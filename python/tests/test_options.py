@@ -24,6 +24,21 @@ def test_byte_cap_applies_to_pools_made_afterwards():
     assert lines[3] == "True"
 
 
+def test_growth_slack_round_trips_and_bad_values_are_refused():
+    out = run_script("""
+        import tidepool
+        print(tidepool.get_pool_options()["growth_slack"])
+        tidepool.set_pool_options(growth_slack=0.5)
+        print(tidepool.get_pool_options()["growth_slack"])
+        try:
+            tidepool.set_pool_options(growth_slack=-1)
+        except tidepool.TidepoolError as e:
+            print(e.name)
+        print(tidepool.get_pool_options()["growth_slack"])
+    """)
+    assert out.strip().splitlines() == ["0.01", "0.5", "TIDEPOOL_INVALID_ARGUMENT", "0.5"]
+
+
 def test_unknown_options_are_refused(tp):
     with pytest.raises(TypeError, match="bytecap"):
         tp.set_pool_options(bytecap=1)

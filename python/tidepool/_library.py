@@ -60,6 +60,7 @@ class CPoolOptions(ctypes.Structure):
         ("address_range_bytes", ctypes.c_uint64),
         ("immediate_release", ctypes.c_int32),
         ("reserved_", ctypes.c_int32),
+        ("growth_slack", ctypes.c_double),
     ]
 
 

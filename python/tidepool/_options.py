@@ -20,6 +20,7 @@ def get_pool_options():
         "decay_ms": raw.decay_milliseconds,
         "address_range_bytes": raw.address_range_bytes,
         "immediate_release": bool(raw.immediate_release),
+        "growth_slack": raw.growth_slack,
     }
 
 
@@ -27,7 +28,9 @@ def set_pool_options(**changes):
     """Changes the options of pools made from now on (call before the first allocation; pools
     that exist keep theirs). Keys: byte_cap (bytes, None: no cap), headroom (bytes left free on
     the device), small_size_threshold, max_cached_bytes (None: no limit), decay_ms (free pages
-    unused this long go back; 0: never), address_range_bytes, immediate_release (bool)."""
+    unused this long go back; 0: never), address_range_bytes, immediate_release (bool),
+    growth_slack (how far held memory may pass peak in use before the pool moves free pages
+    instead of making new ones; 0.01 by default, larger trades memory for fewer driver calls)."""
     options = get_pool_options()
     unknown = set(changes) - set(options)
     if unknown:
@@ -43,4 +46,5 @@ def set_pool_options(**changes):
     raw.decay_milliseconds = int(options["decay_ms"])
     raw.address_range_bytes = int(options["address_range_bytes"])
     raw.immediate_release = 1 if options["immediate_release"] else 0
+    raw.growth_slack = float(options["growth_slack"])
     _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))

@@ -26,6 +26,7 @@ tidepool_pool_options_t to_c_options(const pool_options& o) {
   c.decay_milliseconds = static_cast<std::uint64_t>(o.release.decay.count());
   c.address_range_bytes = o.address_range_bytes;
   c.immediate_release = o.release.immediate ? 1 : 0;
+  c.growth_slack = o.growth_slack;
   return c;
 }
 
@@ -39,7 +40,12 @@ pool_options from_c_options(const tidepool_pool_options_t& c) {
     throw error(error_code::invalid_argument,
                 fmt::format("decay_milliseconds {} is too large", c.decay_milliseconds));
   }
+  if (!(c.growth_slack >= 0.0 && c.growth_slack <= 1e6)) {  // also refuses NaN
+    throw error(error_code::invalid_argument,
+                fmt::format("growth_slack is {}: expected a number from 0 up", c.growth_slack));
+  }
   pool_options o;
+  o.growth_slack = c.growth_slack;
   o.byte_cap = static_cast<std::size_t>(c.byte_cap);
   o.headroom = static_cast<std::size_t>(c.headroom);
   o.small_size_threshold = static_cast<std::size_t>(c.small_size_threshold);

@@ -23,8 +23,11 @@ TEST_F(CApiOptions, PoolsMadeAfterwardsGetTheOptions) {
   options.byte_cap = 128 * MiB;
   options.headroom = 16 * MiB;
   options.decay_milliseconds = 250;
+  EXPECT_EQ(options.growth_slack, pool_options{}.growth_slack);
+  options.growth_slack = 0.5;
   ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS);
   const pool_options& made = device_pool(1).options();
+  EXPECT_EQ(made.growth_slack, 0.5);
   EXPECT_EQ(made.byte_cap, 128 * MiB);
   EXPECT_EQ(made.headroom, 16 * MiB);
   EXPECT_EQ(made.release.decay.count(), 250);
@@ -68,6 +71,10 @@ TEST_F(CApiOptions, BadOptionsAreRefusedAndChangeNothing) {
   EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
   EXPECT_NE(std::string(tidepool_last_error()).find("immediate_release is 2"), std::string::npos);
   EXPECT_EQ(tidepool_last_status(), TIDEPOOL_INVALID_ARGUMENT);
+  options.immediate_release = 0;
+  options.growth_slack = -0.5;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("growth_slack is -0.5"), std::string::npos);
   EXPECT_EQ(device_pool(0).options().byte_cap, SIZE_MAX);
   options.struct_size = 0;
   EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
