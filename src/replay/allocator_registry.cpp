@@ -7,36 +7,26 @@
 #include "replay/cupy_allocator.hpp"
 #include "replay/exact_allocator.hpp"
 #include "replay/replay_allocator.hpp"
+#include "replay/tidepool_allocator.hpp"
 #include "replay/torch_caching_allocator.hpp"
 #include "tidepool/errors.hpp"
-#if TIDEPOOL_REPLAY_HAS_POOL
-#include "replay/tidepool_allocator.hpp"
-#endif
 
 namespace tidepool::replay {
 
 std::vector<std::string> allocator_names() {
   std::vector<std::string> names;
-#if TIDEPOOL_REPLAY_HAS_POOL
   names.emplace_back("tidepool");
-#endif
   for (const char* n : {"caching", "expandable", "cupy", "async", "exact"}) names.emplace_back(n);
   return names;
 }
 
 std::unique_ptr<replay_allocator> make_allocator(std::string_view name, std::shared_ptr<driver> drv, int device) {
-#if TIDEPOOL_REPLAY_HAS_POOL
   if (name == "tidepool") return std::make_unique<tidepool_allocator>(std::move(drv), device);
-#endif
   if (name == "caching") return std::make_unique<torch_caching_allocator>(std::move(drv), device, false);
   if (name == "expandable") return std::make_unique<torch_caching_allocator>(std::move(drv), device, true);
   if (name == "cupy") return std::make_unique<cupy_allocator>(std::move(drv), device);
   if (name == "async") return std::make_unique<async_allocator>(std::move(drv), device);
   if (name == "exact") return std::make_unique<exact_allocator>(std::move(drv), device);
-  if (name == "tidepool") {
-    throw error(error_code::unavailable,
-                "allocator \"tidepool\" is not in this build yet (the pool of src/core has not landed)");
-  }
   throw error(error_code::invalid_argument,
               fmt::format("unknown allocator \"{}\" (known: {})", name, fmt::join(allocator_names(), ", ")));
 }
