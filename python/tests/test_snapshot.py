@@ -3,7 +3,6 @@ torch.cuda.memory._snapshot(), no torch needed) converted to an RMM replay log, 
 and, where the C++ tool is built, read back by `tidepool replay`."""
 
 import gzip
-import importlib.util
 import os
 import pickle
 import subprocess
@@ -16,21 +15,7 @@ if PYTHON_ROOT not in sys.path:
     sys.path.insert(0, PYTHON_ROOT)
 
 
-def _load_snapshot_module():
-    # tidepool/__init__.py belongs to the package's own engineer; fall back to the file itself
-    # when the package cannot be imported (e.g. before it existed).
-    try:
-        from tidepool import snapshot
-        return snapshot
-    except ImportError:
-        path = os.path.join(PYTHON_ROOT, "tidepool", "snapshot.py")
-        spec = importlib.util.spec_from_file_location("tidepool_snapshot", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-
-snapshot_module = _load_snapshot_module()
+from tidepool import snapshot as snapshot_module  # noqa: E402  (after the path above)
 STREAM = 0x55D0C0FFEE00
 
 
