@@ -168,17 +168,9 @@ bool torch_caching_allocator::map_block(block* to_map, std::size_t size) {
   pool.unmapped.erase(to_map);
   to_map->mapped = true;
   if (mapped.size < to_map->size) {
-    block* remaining = nodes_.make();
-    remaining->stream = to_map->stream;
-    remaining->size = to_map->size - mapped.size;
-    remaining->address = to_map->address + mapped.size;
-    remaining->pool = &pool;
+    block* remaining =
+        make_neighbour_after(to_map, to_map->address + mapped.size, to_map->size - mapped.size);
     remaining->mapped = false;
-    remaining->segment = to_map->segment;
-    remaining->prev = to_map;
-    remaining->next = to_map->next;
-    if (remaining->next != nullptr) remaining->next->prev = remaining;
-    to_map->next = remaining;
     pool.unmapped.insert(remaining);
     to_map->size = mapped.size;
   }
@@ -214,20 +206,41 @@ bool torch_caching_allocator::should_split(const block* b, std::size_t size) con
 torch_caching_allocator::block* torch_caching_allocator::split_and_take(block* b, std::size_t size) {
   if (!should_split(b, size)) return b;
   block* remaining = b;
-  block* taken = nodes_.make();
-  taken->stream = remaining->stream;
-  taken->size = size;
-  taken->address = remaining->address;
-  taken->pool = remaining->pool;
-  taken->segment = remaining->segment;
-  taken->prev = remaining->prev;
-  if (taken->prev != nullptr) taken->prev->next = taken;
-  taken->next = remaining;
-  remaining->prev = taken;
+  block* taken = make_neighbour_before(remaining, remaining->address, size);
   remaining->address += size;
   remaining->size -= size;
   remaining->pool->blocks.insert(remaining);
   return taken;
+}
+
+torch_caching_allocator::block* torch_caching_allocator::make_neighbour_before(block* b, device_address address,
+                                                                               std::size_t size) {
+  block* n = nodes_.make();
+  n->stream = b->stream;
+  n->pool = b->pool;
+  n->segment = b->segment;
+  n->address = address;
+  n->size = size;
+  n->prev = b->prev;
+  if (n->prev != nullptr) n->prev->next = n;
+  n->next = b;
+  b->prev = n;
+  return n;
+}
+
+torch_caching_allocator::block* torch_caching_allocator::make_neighbour_after(block* b, device_address address,
+                                                                              std::size_t size) {
+  block* n = nodes_.make();
+  n->stream = b->stream;
+  n->pool = b->pool;
+  n->segment = b->segment;
+  n->address = address;
+  n->size = size;
+  n->next = b->next;
+  if (n->next != nullptr) n->next->prev = n;
+  n->prev = b;
+  b->next = n;
+  return n;
 }
 
 void torch_caching_allocator::deallocate(device_address address, std::size_t, stream_t) {
@@ -311,33 +324,9 @@ void torch_caching_allocator::unmap_block(block* b) {
   block_pool& pool = *b->pool;
   pool.blocks.erase(b);
   const std::size_t before_size = unmapped.begin - b->address;
-  if (before_size > 0) {
-    block* before = nodes_.make();
-    before->stream = b->stream;
-    before->size = before_size;
-    before->address = b->address;
-    before->pool = &pool;
-    before->segment = b->segment;
-    before->prev = b->prev;
-    if (before->prev != nullptr) before->prev->next = before;
-    before->next = b;
-    b->prev = before;
-    pool.blocks.insert(before);
-  }
+  if (before_size > 0) pool.blocks.insert(make_neighbour_before(b, b->address, before_size));
   const std::size_t after_size = b->size - (before_size + unmapped.size);
-  if (after_size > 0) {
-    block* after = nodes_.make();
-    after->stream = b->stream;
-    after->size = after_size;
-    after->address = unmapped.begin + unmapped.size;
-    after->pool = &pool;
-    after->segment = b->segment;
-    after->prev = b;
-    after->next = b->next;
-    if (after->next != nullptr) after->next->prev = after;
-    b->next = after;
-    pool.blocks.insert(after);
-  }
+  if (after_size > 0) pool.blocks.insert(make_neighbour_after(b, unmapped.begin + unmapped.size, after_size));
   b->address = unmapped.begin;
   b->size = unmapped.size;
   b->mapped = false;

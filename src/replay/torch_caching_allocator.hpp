@@ -95,6 +95,10 @@ class torch_caching_allocator final : public replay_allocator {
   void unmap_block(block* b);
   bool should_split(const block* b, std::size_t size) const noexcept;
   block* split_and_take(block* b, std::size_t size);
+  // A new block of [address, address + size) right before / after `b` in its segment (same
+  // stream, pool and segment), linked in address order; mapped unless the caller says otherwise.
+  block* make_neighbour_before(block* b, device_address address, std::size_t size);
+  block* make_neighbour_after(block* b, device_address address, std::size_t size);
   void free_block(block* b);
   std::size_t try_merge(block* dst, block* src);
   void release_pool(block_pool& pool);
