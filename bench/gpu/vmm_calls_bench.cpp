@@ -24,6 +24,8 @@ namespace {
 
 using tidepool::gpu_test::check;
 using tidepool::gpu_test::cu;
+using tidepool::detail::pinned_on;
+using tidepool::detail::read_write_on;
 using clock_type = std::chrono::steady_clock;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
@@ -52,22 +54,6 @@ summary summarize(std::vector<double> v) {
   s.median = v[v.size() / 2];
   s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
   return s;
-}
-
-CUmemAllocationProp pinned_on(CUdevice device) {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  return prop;
-}
-
-CUmemAccessDesc read_write_on(CUdevice device) {
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  return access;
 }
 
 // Handles of one size, created and mapped back to back in one reserved range, each call timed.

@@ -91,4 +91,22 @@ struct cuda_api {
 /// "CUDA_ERROR_OUT_OF_MEMORY (2)" for a CUresult; works without a loaded driver too.
 [[nodiscard]] std::string cuda_error_name(CUresult result);
 
+/// What cuMemCreate (and the granularity query) is asked for: pinned memory on `device`.
+[[nodiscard]] inline CUmemAllocationProp pinned_on(CUdevice device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+/// What cuMemSetAccess is given: read and write access for `device`.
+[[nodiscard]] inline CUmemAccessDesc read_write_on(CUdevice device) {
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return access;
+}
+
 }  // namespace tidepool::detail

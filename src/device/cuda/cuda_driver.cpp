@@ -37,14 +37,6 @@ class context_guard {
   bool pushed_ = false;
 };
 
-CUmemAllocationProp device_pinned(CUdevice device) {
-  CUmemAllocationProp prop{};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  return prop;
-}
-
 CUdeviceptr to_cu(device_address address) { return static_cast<CUdeviceptr>(address); }
 CUstream to_cu(stream_t stream) { return reinterpret_cast<CUstream>(stream); }
 CUevent to_cu(event_t event) { return reinterpret_cast<CUevent>(event); }
@@ -72,7 +64,7 @@ cuda_driver::cuda_driver(const cuda_api& api) : api_(api) {
     int vmm = 0;
     api_.cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev->handle);
     dev->virtual_memory = vmm != 0;
-    const CUmemAllocationProp prop = device_pinned(dev->handle);
+    const CUmemAllocationProp prop = pinned_on(dev->handle);
     std::size_t granularity = 0;
     // The minimum granularity is what cuMemCreate and cuMemMap require; the recommended one is
     // also 2 MiB on Hopper (DESIGN 2a), and the pool chooses its own, larger handle sizes anyway.
@@ -166,7 +158,7 @@ driver_status cuda_driver::address_free(int device, device_address address, std:
 
 driver_status cuda_driver::mem_create(int device, std::size_t size, physical_handle* out) {
   if (out == nullptr || !valid(device)) return driver_status::invalid_value;
-  const CUmemAllocationProp prop = device_pinned(state(device).handle);
+  const CUmemAllocationProp prop = pinned_on(state(device).handle);
   CUmemGenericAllocationHandle handle = 0;
   const driver_status status = in_context(device, driver_call::mem_create, [&] {
     return api_.cuMemCreate(&handle, size, &prop, 0);
@@ -197,10 +189,7 @@ driver_status cuda_driver::mem_map(int device, device_address address, std::size
 driver_status cuda_driver::mem_set_access(int device, device_address address, std::size_t size,
                                           int peer_device) {
   if (!valid(peer_device)) return driver_status::invalid_value;
-  CUmemAccessDesc access{};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = state(peer_device).handle;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc access = read_write_on(state(peer_device).handle);
   return in_context(device, driver_call::mem_set_access,
                     [&] { return api_.cuMemSetAccess(to_cu(address), size, &access, 1); });
 }
