@@ -60,3 +60,13 @@ def emit(result):
 
 GiB = 1 << 30
 MiB = 1 << 20
+
+
+def weights_digest(model):
+    """SHA-256 of a model's parameters as stored: equal digests mean bit-identical weights."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for parameter in model.parameters():
+        digest.update(parameter.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()

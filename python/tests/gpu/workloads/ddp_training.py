@@ -12,7 +12,6 @@ bit-identical), a hash of its final weights, its pid and its GPU's PCI bus id, a
 every GPU while all ranks still hold their memory: which pids hold how many bytes, by PCI bus id.
 """
 
-import hashlib
 import json
 import os
 import socket
@@ -80,6 +79,8 @@ def train(allocator, rank, world_size):
     import torch
     import torch.distributed as dist
 
+    from common import weights_digest  # this script's folder is on sys.path
+
     if allocator == "tidepool":
         import tidepool
 
@@ -109,11 +110,8 @@ def train(allocator, rank, world_size):
         optimizer.step()
         losses.append(loss.item().hex())
     torch.cuda.synchronize()
-    digest = hashlib.sha256()
-    for parameter in model.parameters():
-        digest.update(parameter.detach().cpu().numpy().tobytes())
     props = torch.cuda.get_device_properties(rank)
-    result = {"rank": rank, "pid": os.getpid(), "losses": losses, "weights": digest.hexdigest(),
+    result = {"rank": rank, "pid": os.getpid(), "losses": losses, "weights": weights_digest(model),
               "pci_bus_id": normal_pci(f"{props.pci_domain_id:x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0")}
     if allocator == "tidepool":
         result["tidepool_allocations"] = tidepool.stats(rank).allocations

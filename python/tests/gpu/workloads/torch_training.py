@@ -1,12 +1,11 @@
 """A few training steps of a small transformer; prints the losses and a hash of the weights.
 Argument: "tidepool" (allocations routed to tidepool) or "default" (PyTorch's own allocator)."""
 
-import hashlib
 import sys
 
 import torch
 
-from common import emit
+from common import emit, weights_digest
 
 allocator = sys.argv[1]
 if allocator == "tidepool":
@@ -53,10 +52,7 @@ for step in range(8):
     optimizer.step()
     losses.append(loss.item().hex())
 torch.cuda.synchronize()
-digest = hashlib.sha256()
-for parameter in model.parameters():
-    digest.update(parameter.detach().cpu().numpy().tobytes())
-result = {"losses": losses, "weights": digest.hexdigest()}
+result = {"losses": losses, "weights": weights_digest(model)}
 if allocator == "tidepool":
     result["tidepool_allocations"] = tidepool.stats(0).allocations
 emit(result)
