@@ -27,6 +27,7 @@ struct replay_settings {
   std::string device = "sim";
   std::vector<std::string> allocators;
   bool json = false;
+  unsigned passes = 1;
 };
 
 // Progress on stderr, only when it is a terminal and the trace is long enough to wait for.
@@ -67,6 +68,7 @@ void run_replay(const replay_settings& settings) {
     std::vector<replay::replay_result> results;
     for (const std::string& name : allocators) {
       replay::replay_options options;
+      options.passes = settings.passes;
       const std::string what = fmt::format("replaying {} with {}", t.name, name);
       options.progress = [&progress, &what](std::size_t done, std::size_t total) { progress.show(what, done, total); };
       results.push_back(replay::replay_trace(t, name, make_driver(settings.device), options));
@@ -104,6 +106,12 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       ->delimiter(',')
       ->allow_extra_args(false);  // "--allocators a,b TRACE" must leave TRACE to the traces
   command->add_flag("--json", settings->json, "print one JSON array instead of tables");
+  command
+      ->add_option("--passes", settings->passes,
+                   "replay each trace this many times through one allocator (a training loop's steps); "
+                   "the table adds the first pass and the steady state")
+      ->check(CLI::Range(1u, 1000u))
+      ->capture_default_str();
   command->callback([settings, &exit_code] {
     run_replay(*settings);
     exit_code = 0;

@@ -82,44 +82,71 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
   std::size_t live_bytes = 0;
   clock::duration inside{};
   const std::size_t total = t.events.size();
-  const std::size_t progress_every = std::max<std::size_t>(total / 100, 1000);
+  const unsigned passes = std::max(1u, options.passes);
+  const std::size_t rows_in_all = total * passes;
+  const std::size_t progress_every = std::max<std::size_t>(rows_in_all / 100, 1000);
+  std::size_t rows_done = 0;
 
-  for (std::size_t i = 0; i < total; ++i) {
-    const trace_event& e = t.events[i];
-    if (e.action == trace_action::allocate) {
-      const stream_t stream = streams.get(e.stream);
-      const auto start = clock::now();
-      const std::optional<device_address> address = allocator->allocate(e.size, stream);
-      inside += clock::now() - start;
-      ++r.operations;
-      if (!address) {
-        ++r.failures;
-        failed.insert(e.pointer);
-      } else {
-        live.emplace(e.pointer, live_allocation{*address, e.size, stream});
-        live_bytes += e.size;
-        r.peak_live_bytes = std::max(r.peak_live_bytes, live_bytes);
-        r.peak_held_bytes = std::max(r.peak_held_bytes, held_now());
+  for (unsigned pass = 0; pass < passes; ++pass) {
+    pass_result p;
+    const driver_call_counts pass_before = drv->call_counts();
+    p.peak_live_bytes = live_bytes;
+    for (std::size_t i = 0; i < total; ++i) {
+      const trace_event& e = t.events[i];
+      if (e.action == trace_action::allocate) {
+        const stream_t stream = streams.get(e.stream);
+        const auto start = clock::now();
+        const std::optional<device_address> address = allocator->allocate(e.size, stream);
+        inside += clock::now() - start;
+        ++r.operations;
+        if (!address) {
+          ++r.failures;
+          failed.insert(e.pointer);
+        } else {
+          live.emplace(e.pointer, live_allocation{*address, e.size, stream});
+          live_bytes += e.size;
+          p.peak_live_bytes = std::max(p.peak_live_bytes, live_bytes);
+          p.peak_held_bytes = std::max(p.peak_held_bytes, held_now());
+        }
+      } else if (e.action == trace_action::free) {
+        const auto it = live.find(e.pointer);
+        if (it == live.end()) {
+          if (failed.erase(e.pointer) != 0) continue;  // its allocation failed: nothing to free
+          throw error(error_code::invalid_argument,
+                      "replay: free of a pointer the trace never allocated (an unchecked trace?)");
+        }
+        const auto start = clock::now();
+        allocator->deallocate(it->second.address, it->second.size, streams.get(e.stream));
+        inside += clock::now() - start;
+        ++r.operations;
+        live_bytes -= it->second.size;
+        live.erase(it);
+        // Some allocators (a release threshold, an immediate policy) hand memory back on free.
+        p.peak_held_bytes = std::max(p.peak_held_bytes, held_now());
+      } else if (pass == 0) {
+        ++r.recorded_failures;
       }
-    } else if (e.action == trace_action::free) {
-      const auto it = live.find(e.pointer);
-      if (it == live.end()) {
-        if (failed.erase(e.pointer) != 0) continue;  // its allocation failed: nothing to free
-        throw error(error_code::invalid_argument,
-                    "replay: free of a pointer the trace never allocated (an unchecked trace?)");
-      }
-      const auto start = clock::now();
-      allocator->deallocate(it->second.address, it->second.size, streams.get(e.stream));
-      inside += clock::now() - start;
-      ++r.operations;
-      live_bytes -= it->second.size;
-      live.erase(it);
-      // Some allocators (a release threshold, an immediate policy) hand memory back on free.
-      r.peak_held_bytes = std::max(r.peak_held_bytes, held_now());
-    } else {
-      ++r.recorded_failures;
+      if (options.progress && ++rows_done % progress_every == 0) options.progress(rows_done, rows_in_all);
     }
-    if (options.progress && (i + 1) % progress_every == 0) options.progress(i + 1, total);
+    if (pass + 1 < passes) {
+      // The next pass starts from what this one started from: the trace's leftovers go.
+      for (const auto& [recorded, a] : live) {
+        const auto start = clock::now();
+        allocator->deallocate(a.address, a.size, a.stream);
+        inside += clock::now() - start;
+        ++r.operations;
+      }
+      live.clear();
+      failed.clear();
+      live_bytes = 0;
+    }
+    driver_call_counts pass_counts = drv->call_counts();
+    pass_counts -= pass_before;
+    p.driver_calls = pass_counts.memory_calls();
+    p.driver_us = pass_counts.memory_us();
+    r.peak_live_bytes = std::max(r.peak_live_bytes, p.peak_live_bytes);
+    r.peak_held_bytes = std::max(r.peak_held_bytes, p.peak_held_bytes);
+    r.passes.push_back(p);
   }
 
   r.live_end_bytes = live_bytes;
@@ -142,7 +169,7 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
                     ? 0.0
                     : static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(inside).count()) /
                           static_cast<double>(r.operations);
-  if (options.progress) options.progress(total, total);
+  if (options.progress) options.progress(rows_in_all, rows_in_all);
   return r;
 }
 

@@ -11,8 +11,14 @@
 // "Held" is the physical memory the allocator holds from the driver: on sim exactly
 // sim_driver::physical_bytes(), after every row; elsewhere the allocator's own count, with the
 // driver's process figure (NVML on cuda) reported beside it at the end.
+//
+// With several passes the trace is replayed again and again through the same allocator, as a
+// training loop runs its step again and again: between passes what the trace left live is freed
+// (so each pass starts from the same live set); after the last pass it stays allocated, as with one
+// pass. Each pass has its own figures; the "steady state" is the worst pass after the first.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -20,11 +26,24 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "replay/trace.hpp"
 #include "tidepool/driver.hpp"
 
 namespace tidepool::replay {
+
+/// What one pass of a trace measured.
+struct pass_result {
+  std::size_t peak_live_bytes = 0;  ///< most bytes live at once during the pass
+  std::size_t peak_held_bytes = 0;  ///< most bytes held at once during the pass
+  std::uint64_t driver_calls = 0;   ///< memory calls made during the pass
+  double driver_us = 0;             ///< their modelled (sim) or measured (cuda) time
+
+  [[nodiscard]] double held_ratio() const noexcept {
+    return peak_live_bytes == 0 ? 0.0 : static_cast<double>(peak_held_bytes) / static_cast<double>(peak_live_bytes);
+  }
+};
 
 /// What one replay measured.
 struct replay_result {
@@ -49,6 +68,28 @@ struct replay_result {
   std::uint64_t driver_calls = 0;  ///< memory calls (reserve, create, map, access, unmap, release, alloc, free)
   double driver_us = 0;            ///< their modelled (sim) or measured (cuda) time
   double ns_per_op = 0;            ///< wall time inside allocate/free per operation
+  /// One entry per pass, in order (one pass: one entry). The driver figures above also count the
+  /// allocator's creation and its final release; a pass's count only what happened inside it.
+  std::vector<pass_result> passes;
+
+  /// The steady state: over the passes after the first, the worst held ratio, driver calls and
+  /// driver time (each its own worst); the first pass itself where there is only one.
+  [[nodiscard]] pass_result steady_state() const noexcept {
+    if (passes.size() <= 1) return passes.empty() ? pass_result{} : passes.front();
+    pass_result worst;
+    double worst_ratio = -1.0;
+    for (std::size_t i = 1; i < passes.size(); ++i) {
+      const pass_result& p = passes[i];
+      if (p.held_ratio() > worst_ratio) {
+        worst_ratio = p.held_ratio();
+        worst.peak_live_bytes = p.peak_live_bytes;
+        worst.peak_held_bytes = p.peak_held_bytes;
+      }
+      worst.driver_calls = std::max(worst.driver_calls, p.driver_calls);
+      worst.driver_us = std::max(worst.driver_us, p.driver_us);
+    }
+    return worst;
+  }
 
   /// peak held / peak live.
   [[nodiscard]] double held_ratio() const noexcept {
@@ -59,6 +100,8 @@ struct replay_result {
 /// Settings of a replay.
 struct replay_options {
   int device = 0;
+  /// How many times the trace is replayed through the one allocator (at least 1).
+  unsigned passes = 1;
   /// Called now and then with (rows done, rows in all); may be empty.
   std::function<void(std::size_t, std::size_t)> progress;
 };

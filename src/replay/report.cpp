@@ -46,6 +46,20 @@ std::string format_table(const trace_summary& s, const std::vector<replay_result
     }
     out += '\n';
   }
+  const bool several = !results.empty() && results.front().passes.size() > 1;
+  if (several) {
+    out += fmt::format("  {} passes through one allocator; first pass, then the steady state (worst pass after the first):\n",
+                       results.front().passes.size());
+    out += fmt::format("  {:<11} {:>13} {:>13} {:>13} {:>13} {:>13} {:>13}\n", "allocator", "first ratio",
+                       "first calls", "first drv ms", "steady ratio", "steady calls", "steady drv ms");
+    for (const replay_result& r : results) {
+      const pass_result& first = r.passes.front();
+      const pass_result steady = r.steady_state();
+      out += fmt::format("  {:<11} {:>13.3f} {:>13} {:>13.1f} {:>13.3f} {:>13} {:>13.1f}\n", r.allocator,
+                         first.held_ratio(), first.driver_calls, first.driver_us / 1000.0, steady.held_ratio(),
+                         steady.driver_calls, steady.driver_us / 1000.0);
+    }
+  }
   return out;
 }
 
@@ -97,6 +111,20 @@ std::string format_json(const std::vector<replay_result>& results) {
     o["process_used_after_release_bytes"] = r.process_used_after_release_bytes
                                                 ? nlohmann::json(*r.process_used_after_release_bytes)
                                                 : nlohmann::json(nullptr);
+    auto pass_json = [](const pass_result& p) {
+      nlohmann::json j;
+      j["peak_live_bytes"] = p.peak_live_bytes;
+      j["peak_held_bytes"] = p.peak_held_bytes;
+      j["held_ratio"] = p.held_ratio();
+      j["driver_calls"] = p.driver_calls;
+      j["driver_us"] = p.driver_us;
+      return j;
+    };
+    nlohmann::json passes = nlohmann::json::array();
+    for (const pass_result& p : r.passes) passes.push_back(pass_json(p));
+    o["passes"] = std::move(passes);
+    o["first_pass"] = r.passes.empty() ? nlohmann::json(nullptr) : pass_json(r.passes.front());
+    o["steady_state"] = pass_json(r.steady_state());
     array.push_back(std::move(o));
   }
   return array.dump(2) + "\n";
