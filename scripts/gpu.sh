@@ -4,6 +4,9 @@
 # side-by-side benchmarks, the Python GPU tests (PyTorch, CuPy, NVML) and the replay of every bundled
 # trace on the real GPU. Logs go to LOG_DIR (default: $OUT where set, else gpu-logs/). STEPS picks
 # some of the steps (default: all): gpu-tests bench-vmm bench-compare python-gpu replay-cuda.
+# Two more run only when STEPS names them: train-bench (bench/gpu/train/train_bench.py, the training
+# loops under PyTorch default, expandable segments and tidepool, ~6 minutes) and record-traces
+# (bench/gpu/train/record_traces.py: those loops recorded as replay traces into LOG_DIR/traces).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -33,4 +36,7 @@ step bench-compare "$build/bench/gpu/tidepool_compare_bench"
 step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
   python3 -m pytest -q -s "$root/python/tests/gpu"
 step replay-cuda "$build/tools/tidepool" replay --device cuda "$root"/traces/*.csv.gz
+step train-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
+  python3 "$root/bench/gpu/train/train_bench.py" --log-dir "$logs"
+step record-traces env PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/train/record_traces.py" --out "$logs/traces"
 exit $status

@@ -1,0 +1,151 @@
+"""What the GPU training benchmark runs, without torch: the workloads (their sizes, step counts
+and seeded shape schedules), the allocators, and the environment each child process gets.
+
+Shapes come from Python's own seeded RNG, so every allocator sees the same sequence of shapes;
+workloads.py builds the models from the sizes here. Importable without torch, for the launcher
+and the tests (python/tests/test_train_bench.py).
+"""
+
+import dataclasses
+import hashlib
+import os
+import random
+
+ALLOCATORS = ("default", "expandable", "tidepool")
+# The allocator settings a child must not inherit: the benchmark chooses them itself.
+ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+EXPANDABLE_CONF = "expandable_segments:True"
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTSize:
+    """A decoder-only transformer (workloads.GPT): width, depth, heads, vocabulary, longest sequence."""
+
+    width: int
+    layers: int
+    heads: int
+    vocab: int
+    max_len: int
+    mlp_ratio: int = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaSize:
+    """transformers.LlamaConfig fields of the Llama workloads."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    vocab_size: int
+    max_position_embeddings: int
+
+
+# ~148M parameters: the GPU is the bottleneck at 16k tokens a step.
+GPT_BIG = GPTSize(width=896, layers=12, heads=14, vocab=32000, max_len=4096)
+# ~6M parameters at 4k tokens a step: the CPU (kernel launches, Python) is the bottleneck.
+GPT_SMALL = GPTSize(width=256, layers=4, heads=4, vocab=8192, max_len=2048)
+# ~207M parameters (untied head, grouped-query attention).
+LLAMA = LlamaSize(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12, num_attention_heads=16,
+                  num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096)
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One benchmark workload. `shapes(seed, steps)` gives the per-step shapes (tuples of ints)."""
+
+    name: str
+    description: str
+    steps: int  # default number of steps (rounds for generation), warm-up included
+    warmup: int  # leading steps left out of the median and p90
+    modules: tuple  # Python packages it needs besides torch
+    schedule: str  # "tokens": (batch, seqlen) within a token budget; "fixed"; "batch"; "generate"
+    params: dict
+
+    def shapes(self, seed, steps):
+        rng = random.Random(f"{self.name}/{seed}")  # str seeds hash the same in every process
+        p = self.params
+        if self.schedule == "tokens":
+            return token_budget_shapes(rng, steps, p["token_budget"], p["min_len"], p["max_len"], p["multiple"])
+        if self.schedule == "fixed":
+            return [(p["batch"], p["seqlen"])] * steps
+        if self.schedule == "batch":
+            return [(rng.randrange(p["min_batch"], p["max_batch"] + 1, p["multiple"]),) for _ in range(steps)]
+        if self.schedule == "generate":
+            return [(rng.choice(p["batches"]),
+                     rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
+                     p["new_tokens"]) for _ in range(steps)]
+        raise ValueError(f"{self.name}: unknown schedule {self.schedule!r}")
+
+
+def token_budget_shapes(rng, steps, token_budget, min_len, max_len, multiple):
+    """(batch, seqlen) per step: seqlen uniform over the multiples of `multiple` in [min_len, max_len],
+    batch = token_budget // seqlen (at least 1)."""
+    if min_len % multiple or max_len % multiple or not 0 < min_len <= max_len:
+        raise ValueError(f"sequence lengths [{min_len}, {max_len}] are not multiples of {multiple}")
+    shapes = []
+    for _ in range(steps):
+        seqlen = rng.randrange(min_len, max_len + 1, multiple)
+        shapes.append((max(1, token_budget // seqlen), seqlen))
+    return shapes
+
+
+def shapes_digest(shapes):
+    """A short hash of a shape schedule: equal digests mean the same shapes in the same order."""
+    return hashlib.sha256(repr([tuple(s) for s in shapes]).encode()).hexdigest()[:16]
+
+
+_TOKENS_16K = {"token_budget": 16384, "min_len": 256, "max_len": 4096, "multiple": 64}
+
+WORKLOADS = {w.name: w for w in (
+    Workload("gpt-vary", "GPT ~148M, AdamW, bf16 autocast, new sequence length each step, 16k tokens",
+             80, 10, (), "tokens", {"size": GPT_BIG, **_TOKENS_16K}),
+    Workload("gpt-small-vary", "GPT ~6M (CPU-bound), new sequence length each step, 4k tokens",
+             80, 10, (), "tokens",
+             {"size": GPT_SMALL, "token_budget": 4096, "min_len": 128, "max_len": 2048, "multiple": 64}),
+    Workload("gpt-fixed", "GPT ~148M, fixed shape 16 x 1024", 80, 10, (), "fixed",
+             {"size": GPT_BIG, "batch": 16, "seqlen": 1024}),
+    Workload("hf-llama-train", "transformers Llama ~207M from a config, new sequence length each step",
+             80, 10, ("transformers",), "tokens", {"size": LLAMA, **_TOKENS_16K}),
+    Workload("hf-llama-generate", "transformers Llama ~207M, bf16, generate with sampling, "
+             "varying batch and prompt", 12, 2, ("transformers",), "generate",
+             {"size": LLAMA, "batches": (1, 2, 4, 8, 16, 32), "min_prompt": 32, "max_prompt": 512,
+              "multiple": 32, "new_tokens": 64}),
+    Workload("timm-vit-train", "timm ViT-B/16 (vit_base_patch16_224), bf16 autocast, batch varying each step",
+             80, 10, ("timm",), "batch", {"min_batch": 32, "max_batch": 256, "multiple": 16}),
+)}
+
+# Those whose traces record_traces.py records by default.
+RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train")
+
+
+def parse_names(text, known, what):
+    """A comma-separated list of names, each one of `known` (order kept, repeats dropped)."""
+    names = []
+    for name in (n.strip() for n in text.split(",")):
+        if not name:
+            continue
+        if name not in known:
+            raise ValueError(f"unknown {what} {name!r} (known: {', '.join(known)})")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ValueError(f"no {what} given")
+    return names
+
+
+def child_environment(base, allocator, python_root):
+    """The environment of a child running one workload under `allocator`: everything in `base`
+    (the NCCL / multicast settings, TIDEPOOL_LIBRARY, ...) passes through, except inherited
+    allocator settings, which the benchmark sets itself, and a simulated tidepool device."""
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"unknown allocator {allocator!r}")
+    env = {k: v for k, v in base.items()
+           if k not in ALLOC_CONF_VARIABLES and k != "TIDEPOOL_DEVICE" and not k.startswith("TIDEPOOL_SIM")}
+    if allocator == "expandable":
+        env["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_CONF
+    paths = [python_root] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p != python_root]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

@@ -1,0 +1,122 @@
+"""The benchmark's figures and tables, without torch: step-time statistics, the result line a
+worker prints, the record of a child that printed none, and the tables the launcher prints."""
+
+import json
+import math
+
+FIRST_STEPS = 10  # "time of the first 10 steps": what a short job or a restart pays
+GiB = 1 << 30
+
+
+def percentile(values, q):
+    """The q-th percentile (0..100) of `values`, interpolated linearly between order statistics."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def step_statistics(seconds, warmup):
+    """Median and p90 of the step times after `warmup` steps (ms), and the time of the first
+    FIRST_STEPS steps (s, or of all steps where there are fewer)."""
+    if not 0 <= warmup < len(seconds):
+        raise ValueError(f"{len(seconds)} steps leave none after a warm-up of {warmup}")
+    timed = seconds[warmup:]
+    first = seconds[:FIRST_STEPS]
+    return {"median_step_ms": percentile(timed, 50) * 1e3, "p90_step_ms": percentile(timed, 90) * 1e3,
+            "first_steps": len(first), "first_steps_s": sum(first), "total_s": sum(seconds)}
+
+
+def parse_result(stdout):
+    """The result a worker printed: the last line of `stdout` that is a JSON object with a
+    "workload" key (libraries may print other lines before it). None if there is none."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and "workload" in value:
+            return value
+    return None
+
+
+def failed_run(workload, allocator, returncode, timed_out, timeout_s, log_path):
+    """The record of a child that printed no result (killed at the timeout, crashed, killed for memory)."""
+    if timed_out:
+        why = f"timed out after {timeout_s:g} s"
+    elif returncode is not None and returncode < 0:
+        why = f"killed by signal {-returncode}"
+    else:
+        why = f"exited with status {returncode}"
+    return {"workload": workload, "allocator": allocator, "error": f"{why}, no result (log: {log_path})"}
+
+
+def held_ratios(result):
+    """(own, nvml): peak held / peak in use by the allocator's own count, and NVML's peak over
+    the baseline / the same peak in use. None where a figure is missing."""
+    in_use = result.get("peak_in_use_bytes")
+    if not in_use:
+        return None, None
+    held = result.get("peak_held_bytes")
+    own = held / in_use if held is not None else None
+    nvml_peak, nvml_base = result.get("nvml_peak_bytes"), result.get("nvml_baseline_bytes")
+    nvml = (nvml_peak - nvml_base) / in_use if nvml_peak is not None and nvml_base is not None else None
+    return own, nvml
+
+
+def best_torch_median(results):
+    """The lower median step of PyTorch's default and expandable-segments runs (None if neither ran)."""
+    medians = [r["median_step_ms"] for r in results
+               if r.get("allocator") in ("default", "expandable") and r.get("median_step_ms") is not None
+               and "error" not in r]
+    return min(medians) if medians else None
+
+
+COLUMNS = ("workload", "allocator", "median ms", "p90 ms", "first10 s", "in use GiB", "held/use",
+           "NVML/use", "driver calls", "driver ms", "vs best")
+
+
+def _fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def table(results):
+    """One row per run: step times, peak in use, held / in use by the allocator's own count and by
+    NVML, driver calls and time (PyTorch: cudaMalloc/cuMemMap + cudaFree/cuMemUnmap calls, no
+    time), and the median step over the better of PyTorch default / expandable of the same workload."""
+    best = {}
+    for workload in {r["workload"] for r in results}:
+        best[workload] = best_torch_median([r for r in results if r["workload"] == workload])
+    rows = []
+    notes = []
+    for r in results:
+        if "error" in r:
+            rows.append((r["workload"], r["allocator"], "error") + ("",) * (len(COLUMNS) - 3))
+            notes.append(f"  {r['workload']} / {r['allocator']}: {r['error']}")
+            continue
+        own, nvml = held_ratios(r)
+        median = r.get("median_step_ms")
+        reference = best.get(r["workload"])
+        versus = median / reference if median is not None and reference else None
+        in_use = r.get("peak_in_use_bytes")
+        rows.append((r["workload"], r["allocator"], _fmt(median, ".1f"), _fmt(r.get("p90_step_ms"), ".1f"),
+                     _fmt(r.get("first_steps_s"), ".2f"), _fmt(in_use / GiB if in_use else None, ".2f"),
+                     _fmt(own, ".3f"), _fmt(nvml, ".3f"), _fmt(r.get("driver_calls"), "d"),
+                     _fmt(r.get("driver_ms"), ".1f"), _fmt(versus, ".3f")))
+    for workload in sorted(best):
+        digests = {r.get("shapes_digest") for r in results if r["workload"] == workload and "error" not in r}
+        if len(digests) > 1:
+            listed = ", ".join(sorted(map(str, digests)))
+            notes.append(f"  {workload}: the allocators ran different shape schedules ({listed})")
+    widths = [max(len(c), *(len(row[i]) for row in rows)) if rows else len(c) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(COLUMNS, widths)))]
+    for row in rows:
+        lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
+                               for i, (v, w) in enumerate(zip(row, widths))).rstrip())
+    return "\n".join(lines + notes)

@@ -1,0 +1,301 @@
+"""End-to-end GPU training benchmark: real training (and generation) loops under PyTorch's caching
+allocator (`default`), with expandable segments (`expandable`) and routed to tidepool (`tidepool`),
+each workload and allocator in its own process.
+
+    TIDEPOOL_LIBRARY=$PWD/build/src/libtidepool.so python3 bench/gpu/train/train_bench.py \\
+        [--workloads gpt-vary,...] [--allocators default,expandable,tidepool] [--steps N] [--log-dir DIR]
+        [--tidepool-option growth_slack=0.05 ...]
+
+Per run, the child prints one JSON line: median and p90 step time after the warm-up (each step
+timed to a torch.cuda.synchronize()), the time of the first 10 steps, peak in use and peak held by
+the allocator's own count, NVML's peak for the process over its baseline, and driver calls. The
+launcher prints a table per workload and all of them at the end, and writes every JSON line to
+LOG_DIR/train-bench.jsonl (each child's output to LOG_DIR/train-bench/WORKLOAD.ALLOCATOR.log).
+Exit status 1 if any run failed. `--list` lists the workloads.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+PYTHON_ROOT = os.path.join(REPO_ROOT, "python")
+
+import catalog  # noqa: E402  (after the path above)
+import report  # noqa: E402
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="train_bench.py", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workloads", default=",".join(catalog.WORKLOADS),
+                        help="comma-separated (default: all): " + ", ".join(catalog.WORKLOADS))
+    parser.add_argument("--allocators", default=",".join(catalog.ALLOCATORS),
+                        help="comma-separated (default: all): " + ", ".join(catalog.ALLOCATORS))
+    parser.add_argument("--steps", type=int, help="steps per run, warm-up included "
+                        "(default: the workload's, 80 for training and 12 rounds for generation)")
+    parser.add_argument("--warmup", type=int, help="leading steps left out of median and p90 "
+                        "(default: the workload's, 10 for training and 2 for generation)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of shapes, weights and data (default 0)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per run before it is killed (300)")
+    parser.add_argument("--nvml-interval-ms", type=float, default=5, help="NVML sampling period (5 ms)")
+    parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a tidepool pool option for the tidepool runs (tidepool.set_pool_options; "
+                        "repeatable), e.g. growth_slack=0.05; VALUE: an integer, a number, true, false or none")
+    parser.add_argument("--log-dir", help="where the JSON lines and logs go (default: $LOG_DIR, $OUT, "
+                        "else gpu-logs/ in the repository)")
+    parser.add_argument("--list", action="store_true", help="list the workloads and exit")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one run, in this process
+    args = parser.parse_args(argv)
+    try:
+        args.workloads = catalog.parse_names(args.workloads, catalog.WORKLOADS, "workload")
+        args.allocators = catalog.parse_names(args.allocators, catalog.ALLOCATORS, "allocator")
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        args.tidepool_options = dict(parse_option(o) for o in args.tidepool_option)
+    except ValueError as e:
+        parser.error(str(e))
+    for name in ("steps", "warmup"):
+        value = getattr(args, name)
+        if value is not None and value < (1 if name == "steps" else 0):
+            parser.error(f"--{name} must be at least {1 if name == 'steps' else 0}")
+    if args.timeout <= 0 or args.nvml_interval_ms <= 0:
+        parser.error("--timeout and --nvml-interval-ms must be positive")
+    if args.worker and (len(args.workloads) != 1 or len(args.allocators) != 1):
+        parser.error("--worker runs one workload under one allocator")
+    return args
+
+
+def parse_option(text):
+    """("name", value) of a NAME=VALUE flag; VALUE an integer, a number, true, false or none."""
+    name, sep, raw = text.partition("=")
+    name, raw = name.strip(), raw.strip()
+    if not sep or not name.isidentifier() or not raw:
+        raise ValueError(f"--tidepool-option {text!r}: expected NAME=VALUE")
+    words = {"true": True, "false": False, "none": None}
+    if raw.lower() in words:
+        return name, words[raw.lower()]
+    for kind in (int, float):
+        try:
+            return name, kind(raw)
+        except ValueError:
+            pass
+    raise ValueError(f"--tidepool-option {text!r}: VALUE must be an integer, a number, true, false or none")
+
+
+def steps_of(spec, args):
+    """(steps, warmup) of a run: the flags where given, else the workload's own."""
+    steps = args.steps if args.steps is not None else spec.steps
+    warmup = args.warmup if args.warmup is not None else min(spec.warmup, steps - 1)
+    if warmup >= steps:
+        raise ValueError(f"{spec.name}: a warm-up of {warmup} leaves none of {steps} steps to time")
+    return steps, warmup
+
+
+# ---- worker: one workload under one allocator, in this process ----
+
+def _emit(result):
+    sys.stdout.flush()
+    sys.stdout.write(json.dumps(result) + "\n")  # one write: the launcher reads the last such line
+    sys.stdout.flush()
+
+
+def _torch_figures(torch):
+    stats = torch.cuda.memory_stats()
+    figures = {"peak_in_use_bytes": stats.get("allocated_bytes.all.peak"),
+               "peak_held_bytes": stats.get("reserved_bytes.all.peak"),
+               "peak_requested_bytes": stats.get("requested_bytes.all.peak"),
+               "segments_allocated": stats.get("segment.all.allocated"),
+               "num_device_alloc": stats.get("num_device_alloc"),
+               "num_device_free": stats.get("num_device_free"),
+               "num_alloc_retries": stats.get("num_alloc_retries"),
+               "num_ooms": stats.get("num_ooms")}
+    if figures["num_device_alloc"] is not None and figures["num_device_free"] is not None:
+        # cudaMalloc / cuMemMap and cudaFree / cuMemUnmap (PyTorch counts no other driver call)
+        figures["driver_calls"] = figures["num_device_alloc"] + figures["num_device_free"]
+    snapshot = torch.cuda.memory._snapshot()
+    settings = snapshot.get("allocator_settings") or {}
+    if "expandable_segments" in settings:
+        figures["expandable_segments"] = bool(settings["expandable_segments"])
+    elif snapshot.get("segments") and "is_expandable" in snapshot["segments"][0]:
+        figures["expandable_segments"] = any(s.get("is_expandable") for s in snapshot["segments"])
+    return figures
+
+
+def _tidepool_figures(tidepool, device):
+    s = tidepool.stats(device)
+    if s.allocations == 0:
+        raise RuntimeError("tidepool made no allocation: PyTorch's allocations did not reach it")
+    return {"peak_in_use_bytes": s.peak_in_use_bytes, "peak_held_bytes": s.peak_mapped_bytes,
+            "peak_requested_bytes": s.peak_requested_bytes, "mapped_end_bytes": s.mapped_bytes,
+            "reserved_address_bytes": s.reserved_address_bytes, "allocations": s.allocations,
+            "out_of_memory_recoveries": s.out_of_memory_recoveries, "released_bytes": s.released_bytes,
+            "driver_calls": s.driver_calls, "driver_ms": s.driver_microseconds / 1000.0,
+            "tidepool_version": tidepool.version(), "tidepool_library": tidepool.library_path(),
+            "tidepool_options": tidepool.get_pool_options()}
+
+
+def _versions(spec):
+    versions = {"python": sys.version.split()[0]}
+    for name in ("torch",) + tuple(spec.modules):
+        module = sys.modules.get(name)
+        versions[name] = getattr(module, "__version__", None) if module else None
+    return versions
+
+
+def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_options):
+    """Runs the workload; returns its figures (raises on failure)."""
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    if (conf == catalog.EXPANDABLE_CONF) != (allocator == "expandable"):
+        raise RuntimeError(f"PYTORCH_CUDA_ALLOC_CONF={conf!r} does not fit allocator {allocator!r}")
+    import torch
+
+    tidepool = None
+    if allocator == "tidepool":
+        import tidepool
+
+        if tidepool_options:
+            tidepool.set_pool_options(**tidepool_options)
+        tidepool.torch.use()  # before the first CUDA allocation
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    for module in spec.modules:
+        importlib.import_module(module)  # a missing library fails here, before any GPU work
+    import nvml_peak
+    import workloads
+
+    torch.cuda.init()
+    torch.cuda.synchronize()  # the context exists; nothing is allocated yet
+    device = torch.cuda.current_device()
+    result = {"device_name": torch.cuda.get_device_name(device), "versions": _versions(spec)}
+    monitor = None
+    try:
+        monitor = nvml_peak.NvmlPeak(nvml_peak.pci_bus_id_of_current_device(torch), nvml_interval_s)
+        monitor.start()
+    except Exception as e:  # no pynvml or no NVML: the allocator's own figures still count
+        result["nvml_error"] = f"{type(e).__name__}: {e}"
+        monitor = None
+    shapes = spec.shapes(seed, steps)
+    try:
+        workload = workloads.build(spec, shapes, seed)
+        seconds = workloads.run_steps(workload, steps)
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    result.update(report.step_statistics(seconds, warmup))
+    result["step_ms"] = [round(s * 1e3, 3) for s in seconds]
+    result["shapes_digest"] = catalog.shapes_digest(shapes)
+    result.update(workload.info())
+    if monitor is not None:
+        result.update({"nvml_baseline_bytes": monitor.baseline, "nvml_peak_bytes": monitor.peak,
+                       "nvml_source": monitor.source, "nvml_samples": monitor.samples})
+        if monitor.error:
+            result["nvml_error"] = monitor.error
+    if tidepool is not None:
+        result.update(_tidepool_figures(tidepool, device))
+    else:
+        result.update(_torch_figures(torch))
+        seen = result.get("expandable_segments")
+        if seen is not None and seen != (allocator == "expandable"):
+            raise RuntimeError(f"allocator {allocator!r} ran with expandable_segments={seen}")
+    return result
+
+
+def worker(args):
+    spec = catalog.WORKLOADS[args.workloads[0]]
+    allocator = args.allocators[0]
+    result = {"workload": spec.name, "allocator": allocator, "seed": args.seed}
+    try:
+        steps, warmup = steps_of(spec, args)
+        result.update({"steps": steps, "warmup": warmup})
+        result.update(measure(spec, allocator, steps, warmup, args.seed, args.nvml_interval_ms / 1000.0,
+                              args.tidepool_options))
+    except Exception as e:
+        traceback.print_exc()
+        result["error"] = f"{type(e).__name__}: {e}"[:2000]
+    _emit(result)
+    return 1 if "error" in result else 0
+
+
+# ---- launcher: each (workload, allocator) in its own child process ----
+
+def log_dir_of(args):
+    # As scripts/gpu.sh: LOG_DIR, else $OUT, else gpu-logs/ in the repository (ignored by git).
+    return (args.log_dir or os.environ.get("LOG_DIR") or os.environ.get("OUT")
+            or os.path.join(REPO_ROOT, "gpu-logs"))
+
+
+def run_child(workload, allocator, args, log_path):
+    """Runs one worker; returns its result (or the record of its failure)."""
+    command = [sys.executable, os.path.abspath(__file__), "--worker", "--workloads", workload,
+               "--allocators", allocator, "--seed", str(args.seed),
+               "--nvml-interval-ms", str(args.nvml_interval_ms)]
+    for name in ("steps", "warmup"):
+        if getattr(args, name) is not None:
+            command += [f"--{name}", str(getattr(args, name))]
+    for option in args.tidepool_option:
+        command += ["--tidepool-option", option]
+    env = catalog.child_environment(os.environ, allocator, PYTHON_ROOT)
+    timed_out, returncode = False, None
+    with open(log_path, "w") as log:
+        try:
+            returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    with open(log_path, errors="replace") as log:
+        result = None if timed_out else report.parse_result(log.read())
+    if result is None:
+        result = report.failed_run(workload, allocator, returncode, timed_out, args.timeout, log_path)
+    return result
+
+
+def launch(args):
+    logs = log_dir_of(args)
+    run_logs = os.path.join(logs, "train-bench")
+    os.makedirs(run_logs, exist_ok=True)
+    jsonl_path = os.path.join(logs, "train-bench.jsonl")
+    print(f"train_bench: {len(args.workloads)} workload(s) x {len(args.allocators)} allocator(s), "
+          f"python {sys.executable}, TIDEPOOL_LIBRARY={os.environ.get('TIDEPOOL_LIBRARY', '(unset)')}, "
+          f"results in {jsonl_path}", flush=True)
+    results = []
+    with open(jsonl_path, "w") as jsonl:
+        for workload in args.workloads:
+            rows = []
+            for allocator in args.allocators:
+                start = time.monotonic()
+                log_path = os.path.join(run_logs, f"{workload}.{allocator}.log")
+                result = run_child(workload, allocator, args, log_path)
+                jsonl.write(json.dumps(result) + "\n")
+                jsonl.flush()
+                rows.append(result)
+                state = "error: " + result["error"] if "error" in result else "ok"
+                print(f"  {workload} / {allocator}: {time.monotonic() - start:.1f} s, {state}", flush=True)
+            results.extend(rows)
+            print(report.table(rows) + "\n", flush=True)
+    if len(args.workloads) > 1:
+        print("=== every workload (vs best: median step / the lower of PyTorch default and expandable)")
+        print(report.table(results), flush=True)
+    return 1 if any("error" in r for r in results) else 0
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.list:
+        for spec in catalog.WORKLOADS.values():
+            print(f"{spec.name:<18} {spec.steps:>3} steps ({spec.warmup} warm-up)  {spec.description}")
+        return 0
+    return worker(args) if args.worker else launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""The workloads of the GPU training benchmark, on torch and the libraries of the GPU machine:
+a decoder-only transformer in plain torch (GPT), transformers' Llama built from a config (training
+and generation) and timm's ViT-B/16, all with random weights (no downloads). train_bench.py times
+them under each allocator; record_traces.py records their allocations. Sizes and shape schedules
+are in catalog.py.
+
+A workload is built by build(spec, shapes, seed) and runs one step per step(i); run_steps() times
+each step to a torch.cuda.synchronize(). Weights are built on the CPU from a fixed seed and then
+moved to the GPU, so every allocator starts from the same model.
+"""
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+AUTOCAST = torch.bfloat16
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: causal self-attention (scaled_dot_product_attention) and an MLP."""
+
+    def __init__(self, width, heads, mlp_ratio):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, mlp_ratio * width)
+        self.fc2 = nn.Linear(mlp_ratio * width, width)
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        qkv = self.qkv(self.ln1(x)).view(batch, length, 3, self.heads, width // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (batch, heads, length, head width)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(batch, length, width))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    """Token and position embeddings, blocks, final LayerNorm, LM head tied to the token embedding."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.tokens = nn.Embedding(size.vocab, size.width)
+        self.positions = nn.Embedding(size.max_len, size.width)
+        self.blocks = nn.ModuleList(Block(size.width, size.heads, size.mlp_ratio) for _ in range(size.layers))
+        self.ln_f = nn.LayerNorm(size.width)
+        nn.init.normal_(self.tokens.weight, std=0.02)
+        nn.init.normal_(self.positions.weight, std=0.02)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.tokens(tokens) + self.positions(positions)
+        for block in self.blocks:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.tokens.weight)
+
+
+def _parameter_count(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+class _Training:
+    """AdamW under bf16 autocast; subclasses give the model and one step's loss."""
+
+    def __init__(self, model, shapes):
+        self.model = model.cuda().train()
+        self.shapes = shapes
+        self.params = _parameter_count(self.model)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.1)
+        self.loss = None
+
+    def step(self, i):
+        with torch.autocast("cuda", dtype=AUTOCAST):
+            loss = self.loss_of(*self.shapes[i])
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss = loss.detach()
+
+    def info(self):
+        return {"params": self.params, "last_loss": float(self.loss) if self.loss is not None else None}
+
+
+class GPTTraining(_Training):
+    def __init__(self, size, shapes):
+        super().__init__(GPT(size), shapes)
+        self.vocab = size.vocab
+
+    def loss_of(self, batch, length):
+        tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
+        logits = self.model(tokens[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
+
+
+def llama_model(size):
+    """transformers' LlamaForCausalLM with random weights, from a config (no download), SDPA attention."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=size.vocab_size, hidden_size=size.hidden_size,
+                         intermediate_size=size.intermediate_size, num_hidden_layers=size.num_hidden_layers,
+                         num_attention_heads=size.num_attention_heads,
+                         num_key_value_heads=size.num_key_value_heads,
+                         max_position_embeddings=size.max_position_embeddings, attn_implementation="sdpa")
+    return LlamaForCausalLM(config)
+
+
+class LlamaTraining(_Training):
+    def __init__(self, size, shapes):
+        super().__init__(llama_model(size), shapes)
+        self.vocab = size.vocab_size
+
+    def loss_of(self, batch, length):
+        tokens = torch.randint(0, self.vocab, (batch, length), device="cuda")
+        # labels = inputs: the model shifts them itself. No KV cache in training.
+        return self.model(input_ids=tokens, labels=tokens, use_cache=False).loss
+
+
+class LlamaGeneration:
+    """model.generate with sampling, in bf16: a new batch size and prompt length each round, and
+    exactly `new_tokens` new tokens (min_new_tokens keeps EOS from ending a round early)."""
+
+    def __init__(self, size, shapes, seed):
+        self.model = llama_model(size).to(device="cuda", dtype=torch.bfloat16).eval()
+        self.shapes = shapes
+        self.seed = seed
+        self.vocab = size.vocab_size
+        self.params = _parameter_count(self.model)
+        self.generated = 0
+
+    def step(self, i):
+        batch, prompt, new_tokens = self.shapes[i]
+        torch.manual_seed(self.seed * 100003 + i)  # the same samples under every allocator
+        tokens = torch.randint(3, self.vocab, (batch, prompt), device="cuda")
+        out = self.model.generate(tokens, attention_mask=torch.ones_like(tokens), do_sample=True,
+                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+        self.generated += (out.shape[1] - prompt) * batch
+
+    def info(self):
+        return {"params": self.params, "generated_tokens": self.generated}
+
+
+class ViTTraining(_Training):
+    def __init__(self, shapes):
+        import timm
+
+        super().__init__(timm.create_model("vit_base_patch16_224", pretrained=False), shapes)
+        self.classes = self.model.num_classes
+
+    def loss_of(self, batch):
+        images = torch.randn(batch, 3, 224, 224, device="cuda")
+        labels = torch.randint(0, self.classes, (batch,), device="cuda")
+        return F.cross_entropy(self.model(images), labels)
+
+
+def build(spec, shapes, seed):
+    """The workload named by catalog entry `spec`, with the per-step `shapes` (spec.shapes())."""
+    torch.manual_seed(seed)
+    size = spec.params.get("size")
+    if spec.name in ("gpt-vary", "gpt-small-vary", "gpt-fixed"):
+        return GPTTraining(size, shapes)
+    if spec.name == "hf-llama-train":
+        return LlamaTraining(size, shapes)
+    if spec.name == "hf-llama-generate":
+        return LlamaGeneration(size, shapes, seed)
+    if spec.name == "timm-vit-train":
+        return ViTTraining(shapes)
+    raise ValueError(f"no workload {spec.name!r}")
+
+
+def run_steps(workload, steps):
+    """Runs `steps` steps; returns each one's wall time in seconds, to a torch.cuda.synchronize()."""
+    seconds = []
+    for i in range(steps):
+        start = time.perf_counter()
+        workload.step(i)
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return seconds

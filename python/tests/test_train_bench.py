@@ -1,0 +1,261 @@
+"""The GPU training benchmark's parts that need neither torch nor a GPU (bench/gpu/train/): the
+seeded shape schedules, the flags, the child environment, the step statistics, the result line,
+the tables, the recorded-history checks, and the launcher going on past a workload that fails."""
+
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(REPO_ROOT, "bench", "gpu", "train")
+if TRAIN not in sys.path:
+    sys.path.insert(0, TRAIN)
+
+import catalog  # noqa: E402  (after the path above)
+import record_traces  # noqa: E402
+import report  # noqa: E402
+import train_bench  # noqa: E402
+
+
+def test_no_module_the_launchers_import_needs_torch():
+    # The launchers run in a process that never touches the GPU: importing them loads no framework.
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import train_bench, record_traces; "
+             "print(sorted(m for m in ('torch', 'transformers', 'timm', 'pynvml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe, TRAIN], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["gpt-vary", "gpt-small-vary", "hf-llama-train"])
+def test_token_budget_shapes_are_seeded_and_within_budget(name):
+    spec = catalog.WORKLOADS[name]
+    p = spec.params
+    shapes = spec.shapes(0, 200)
+    assert shapes == spec.shapes(0, 200)  # the same for every allocator
+    assert shapes != spec.shapes(1, 200)
+    assert shapes[:80] == spec.shapes(0, 80)  # more steps extend the same schedule
+    lengths = {length for _, length in shapes}
+    assert len(lengths) > 30  # a new length nearly every step
+    for batch, length in shapes:
+        assert length % p["multiple"] == 0 and p["min_len"] <= length <= p["max_len"]
+        assert batch == max(1, p["token_budget"] // length)
+        assert length <= p["size"].max_len if name.startswith("gpt") else p["size"].max_position_embeddings
+
+
+def test_token_budget_shapes_reject_lengths_off_the_multiple():
+    with pytest.raises(ValueError, match="multiples of 64"):
+        catalog.token_budget_shapes(None, 3, 4096, 100, 1024, 64)
+
+
+def test_fixed_batch_and_generate_schedules():
+    assert set(catalog.WORKLOADS["gpt-fixed"].shapes(0, 80)) == {(16, 1024)}
+    vit = catalog.WORKLOADS["timm-vit-train"].shapes(0, 80)
+    assert all(len(s) == 1 and s[0] % 16 == 0 and 32 <= s[0] <= 256 for s in vit)
+    assert len(set(vit)) > 5
+    generate = catalog.WORKLOADS["hf-llama-generate"]
+    rounds = generate.shapes(0, generate.steps)
+    for batch, prompt, new in rounds:
+        assert batch in generate.params["batches"] and prompt % 32 == 0 and 32 <= prompt <= 512 and new == 64
+        assert prompt + new <= generate.params["size"].max_position_embeddings
+
+
+def test_shapes_digest_tells_schedules_apart():
+    spec = catalog.WORKLOADS["gpt-vary"]
+    assert catalog.shapes_digest(spec.shapes(0, 80)) == catalog.shapes_digest(spec.shapes(0, 80))
+    assert catalog.shapes_digest(spec.shapes(0, 80)) != catalog.shapes_digest(spec.shapes(0, 81))
+
+
+def test_recorded_workloads_are_in_the_catalog_with_80_steps_or_more():
+    for name in catalog.RECORDED:
+        assert catalog.WORKLOADS[name].steps >= 80
+
+
+def test_parse_names():
+    assert catalog.parse_names("gpt-vary, gpt-fixed,gpt-vary", catalog.WORKLOADS, "workload") == \
+        ["gpt-vary", "gpt-fixed"]
+    with pytest.raises(ValueError, match="unknown allocator 'cuda'.*default, expandable, tidepool"):
+        catalog.parse_names("default,cuda", catalog.ALLOCATORS, "allocator")
+    with pytest.raises(ValueError, match="no workload"):
+        catalog.parse_names(" , ", catalog.WORKLOADS, "workload")
+
+
+def test_flags():
+    args = train_bench.parse_args([])
+    assert args.workloads == list(catalog.WORKLOADS) and args.allocators == list(catalog.ALLOCATORS)
+    assert args.steps is None and not args.worker
+    args = train_bench.parse_args(["--workloads", "gpt-fixed", "--allocators", "tidepool", "--steps", "20"])
+    assert train_bench.steps_of(catalog.WORKLOADS["gpt-fixed"], args) == (20, 10)
+    args = train_bench.parse_args(["--steps", "3"])
+    assert train_bench.steps_of(catalog.WORKLOADS["gpt-vary"], args) == (3, 2)  # warm-up shrinks to fit
+    assert train_bench.steps_of(catalog.WORKLOADS["hf-llama-generate"], train_bench.parse_args([])) == (12, 2)
+    args = train_bench.parse_args(["--steps", "5", "--warmup", "5"])
+    with pytest.raises(ValueError, match="leaves none"):
+        train_bench.steps_of(catalog.WORKLOADS["gpt-vary"], args)
+
+
+def test_tidepool_options():
+    assert train_bench.parse_option("growth_slack=0.05") == ("growth_slack", 0.05)
+    assert train_bench.parse_option(" decay_ms = 0") == ("decay_ms", 0)
+    assert train_bench.parse_option("immediate_release=True") == ("immediate_release", True)
+    assert train_bench.parse_option("byte_cap=none") == ("byte_cap", None)
+    for bad in ("growth_slack", "=1", "growth_slack=", "growth slack=1", "growth_slack=fast"):
+        with pytest.raises(ValueError, match="--tidepool-option"):
+            train_bench.parse_option(bad)
+    args = train_bench.parse_args(["--tidepool-option", "growth_slack=0", "--tidepool-option", "decay_ms=5"])
+    assert args.tidepool_options == {"growth_slack": 0, "decay_ms": 5}
+
+
+@pytest.mark.parametrize("argv", [["--tidepool-option", "x"], ["--workloads", "bert"], ["--allocators", "cuda"],
+                                  ["--steps", "0"], ["--timeout", "0"], ["--worker"],
+                                  ["--worker", "--workloads", "gpt-vary,gpt-fixed", "--allocators", "default"]])
+def test_bad_flags_are_refused_clearly(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train_bench.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert "train_bench.py: error:" in capsys.readouterr().err
+
+
+def test_child_environment():
+    base = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "TIDEPOOL_LIBRARY": "/x/lib.so",
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTORCH_ALLOC_CONF": "max_split_size_mb:64",
+            "TIDEPOOL_DEVICE": "sim", "TIDEPOOL_SIM_MEMORY": "1", "PYTHONPATH": "/a:/repo/python"}
+    default = catalog.child_environment(base, "default", "/repo/python")
+    assert default["NCCL_NVLS_ENABLE"] == "0" and default["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+    assert default["TIDEPOOL_LIBRARY"] == "/x/lib.so"
+    for gone in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TIDEPOOL_DEVICE", "TIDEPOOL_SIM_MEMORY"):
+        assert gone not in default
+    assert default["PYTHONPATH"] == "/repo/python:/a"
+    expandable = catalog.child_environment(base, "expandable", "/repo/python")
+    assert expandable["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_ALLOC_CONF" not in expandable
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in catalog.child_environment(base, "tidepool", "/repo/python")
+    assert base["TIDEPOOL_DEVICE"] == "sim"  # the launcher's own environment is left as it was
+    with pytest.raises(ValueError):
+        catalog.child_environment(base, "cuda", "/repo/python")
+
+
+def test_percentile_and_step_statistics():
+    assert report.percentile([3, 1, 2], 50) == 2
+    assert report.percentile([1, 2, 3, 4], 50) == 2.5
+    assert report.percentile(list(range(11)), 90) == pytest.approx(9.0)
+    assert report.percentile([1, 2], 90) == pytest.approx(1.9)
+    seconds = [1.0] * 2 + [0.1] * 8 + [0.2, 0.4]
+    s = report.step_statistics(seconds, warmup=2)
+    assert s["median_step_ms"] == pytest.approx(100.0)
+    assert s["p90_step_ms"] == pytest.approx(220.0)  # a tenth of the way from 0.2 s to 0.4 s
+    assert s["first_steps"] == 10 and s["first_steps_s"] == pytest.approx(2.8)
+    assert s["total_s"] == pytest.approx(3.4)
+    short = report.step_statistics([0.5, 0.25, 0.25], warmup=1)
+    assert short["first_steps"] == 3 and short["first_steps_s"] == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        report.step_statistics([0.1, 0.1], warmup=2)
+
+
+def test_parse_result_takes_the_last_result_line():
+    out = "\n".join(["warning: {not json", json.dumps({"other": 1}),
+                     json.dumps({"workload": "gpt-vary", "allocator": "default", "median_step_ms": 1.0}),
+                     "trailing text"])
+    assert report.parse_result(out)["median_step_ms"] == 1.0
+    assert report.parse_result("Traceback...\nSegmentation fault\n") is None
+
+
+def test_failed_run_says_why():
+    assert "timed out after 300 s" in report.failed_run("w", "a", None, True, 300, "x.log")["error"]
+    assert "killed by signal 9" in report.failed_run("w", "a", -9, False, 300, "x.log")["error"]
+    assert "exited with status 1" in report.failed_run("w", "a", 1, False, 300, "x.log")["error"]
+
+
+def _result(allocator, median, held, in_use, nvml=None, **extra):
+    r = {"workload": "gpt-vary", "allocator": allocator, "median_step_ms": median, "p90_step_ms": median * 1.1,
+         "first_steps_s": 1.5, "peak_held_bytes": held, "peak_in_use_bytes": in_use}
+    if nvml is not None:
+        r.update({"nvml_baseline_bytes": 500, "nvml_peak_bytes": 500 + nvml})
+    r.update(extra)
+    return r
+
+
+def test_table_ratios_and_errors():
+    results = [_result("default", 150.0, 1250, 1000, nvml=1300, driver_calls=201),
+               _result("expandable", 120.0, 1120, 1000),
+               _result("tidepool", 180.0, 1510, 1000, nvml=1600, driver_calls=40754, driver_ms=979.04),
+               {"workload": "timm-vit-train", "allocator": "tidepool", "error": "ModuleNotFoundError: timm"}]
+    assert report.best_torch_median(results) == 120.0
+    assert report.held_ratios(results[0]) == (1.25, 1.3)
+    assert report.held_ratios(results[1]) == (1.12, None)
+    lines = report.table(results).splitlines()
+    assert lines[0].split()[:2] == ["workload", "allocator"]
+    default, expandable, tidepool, error = (line.split() for line in lines[1:5])
+    assert default[-1] == "1.250" and expandable[-1] == "1.000" and tidepool[-1] == "1.500"  # vs best
+    assert tidepool[6:10] == ["1.510", "1.600", "40754", "979.0"]
+    assert default[8:10] == ["201", "-"]
+    assert expandable[7:9] == ["-", "-"]
+    assert error[:3] == ["timm-vit-train", "tidepool", "error"]
+    assert lines[-1] == "  timm-vit-train / tidepool: ModuleNotFoundError: timm"
+    # Runs of one workload whose shapes differ are pointed out.
+    mixed = [_result("default", 150.0, 1250, 1000, shapes_digest="aa"),
+             _result("tidepool", 150.0, 1250, 1000, shapes_digest="bb")]
+    assert report.table(mixed).splitlines()[-1] == \
+        "  gpt-vary: the allocators ran different shape schedules (aa, bb)"
+    assert "different shape" not in report.table(mixed[:1] + [dict(mixed[1], shapes_digest="aa")])
+    # No torch run of a workload: nothing to compare with.
+    assert report.table([_result("tidepool", 180.0, 1510, 1000)]).splitlines()[1].split()[-1] == "-"
+
+
+def _snapshot(entries):
+    return {"segments": [], "device_traces": [entries]}
+
+
+def _entry(action, addr, size=512):
+    return {"action": action, "addr": addr, "size": size, "stream": 0, "time_us": 1_700_000_000_000_000,
+            "frames": []}
+
+
+def test_history_summary_and_conversion(tmp_path):
+    entries = [_entry("segment_alloc", 0x1000, 2 << 20), _entry("alloc", 0x1000), _entry("alloc", 0x1200),
+               _entry("free_requested", 0x1000), _entry("free_completed", 0x1000)]
+    summary = record_traces.history_summary(_snapshot(entries), max_entries=100)
+    assert summary == {"entries": 5, "actions": {"segment_alloc": 1, "alloc": 2, "free_requested": 1,
+                                                 "free_completed": 1},
+                       "max_entries": 100, "wrapped": False, "first_action": "segment_alloc"}
+    assert record_traces.history_summary(_snapshot(entries), max_entries=5)["wrapped"]
+    out = tmp_path / "t.csv.gz"
+    converted = record_traces.convert(_snapshot(entries), str(out))
+    assert converted == {"rows": 3, "dropped_frees": 0, "live_at_end": 1}
+    lines = gzip.decompress(out.read_bytes()).decode().splitlines()
+    assert lines[0] == "Thread,Time,Action,Pointer,Size,Stream" and len(lines) == 4
+    assert record_traces.complete({**summary, **converted})
+    # A history that began late: the free of a block it never saw is dropped, and the trace is incomplete.
+    late = record_traces.convert(_snapshot([_entry("free_completed", 0x9000)] + entries), str(out))
+    assert late["dropped_frees"] == 1
+    assert not record_traces.complete({**summary, **late})
+    assert not record_traces.complete({**summary, "wrapped": True, **converted})
+    assert record_traces.trace_file_name("hf-llama-train") == "hf_llama_train.csv.gz"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
+                    reason="torch is installed: the workloads would run for real (on the GPU machine, "
+                           "scripts/gpu.sh runs them)")
+def test_launcher_reports_a_failed_workload_and_goes_on(tmp_path):
+    # Without torch every worker fails: each must print its error line, and the launcher must go on
+    # to the next run, write every line to the JSON lines file, and exit 1.
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "LOG_DIR")}
+    run = subprocess.run([sys.executable, os.path.join(TRAIN, "train_bench.py"), "--workloads",
+                          "gpt-small-vary,timm-vit-train", "--allocators", "default,tidepool", "--steps", "3",
+                          "--log-dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    results = [json.loads(line) for line in (tmp_path / "train-bench.jsonl").read_text().splitlines()]
+    assert [(r["workload"], r["allocator"]) for r in results] == [
+        ("gpt-small-vary", "default"), ("gpt-small-vary", "tidepool"),
+        ("timm-vit-train", "default"), ("timm-vit-train", "tidepool")]
+    for r in results:
+        assert r["error"].startswith("ModuleNotFoundError") and "torch" in r["error"], r
+        assert r["steps"] == 3
+        log = (tmp_path / "train-bench" / f"{r['workload']}.{r['allocator']}.log").read_text()
+        assert "Traceback" in log
+    summary = run.stdout.split("=== every workload")[1].splitlines()[2:6]
+    assert [line.split()[:3] for line in summary] == [
+        [r["workload"], r["allocator"], "error"] for r in results]
