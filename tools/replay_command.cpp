@@ -28,6 +28,7 @@ struct replay_settings {
   std::vector<std::string> allocators;
   bool json = false;
   unsigned passes = 1;
+  double growth_slack = tidepool::pool_options{}.growth_slack;
 };
 
 // Progress on stderr, only when it is a terminal and the trace is long enough to wait for.
@@ -69,6 +70,7 @@ void run_replay(const replay_settings& settings) {
     for (const std::string& name : allocators) {
       replay::replay_options options;
       options.passes = settings.passes;
+      options.tidepool_options.growth_slack = settings.growth_slack;
       const std::string what = fmt::format("replaying {} with {}", t.name, name);
       options.progress = [&progress, &what](std::size_t done, std::size_t total) { progress.show(what, done, total); };
       results.push_back(replay::replay_trace(t, name, make_driver(settings.device), options));
@@ -112,6 +114,12 @@ void add_replay_command(CLI::App& app, int& exit_code) {
                    "the table adds the first pass and the steady state")
       ->check(CLI::Range(1u, 1000u))
       ->capture_default_str();
+  command
+      ->add_option("--growth-slack", settings->growth_slack,
+                   "tidepool's pool_options::growth_slack (held memory allowed above peak in use before stealing)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+
   command->callback([settings, &exit_code] {
     run_replay(*settings);
     exit_code = 0;

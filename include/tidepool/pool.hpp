@@ -54,15 +54,13 @@ struct pool_options {
   std::size_t address_range_bytes = 0;
   /// Growth budget: new physical memory is created freely while held + need stays within
   /// (1 + growth_slack) * max(peak in use, in use + need); beyond it, free handles cached
-  /// elsewhere in the pool are unmapped and moved under the request first (stealing: no more
-  /// memory held, but about 60 us of driver calls per 2 MiB handle). 0 steals on every miss
-  /// (tightest); larger values trade held memory for fewer driver calls. The default keeps peak
-  /// held / peak live within 1.02 on the bundled traces (measured in src/core/growth.cpp). Must be >= 0.
-  /// The budget adapts: once the bytes stolen since in-use memory last set a peak exceed half
-  /// that peak (a workload that keeps stealing without growing: a random mix, the first steps of
-  /// a training loop), it widens by 0.02, doubling each time, up to 0.5 more; release() narrows
-  /// it back to growth_slack.
-  double growth_slack = 0.01;
+  /// elsewhere in the pool are unmapped and moved under the request instead (stealing: no more
+  /// memory held, but an unmap, a map and a set-access per handle moved, about 40 us on an H200).
+  /// The budget is fixed: it never widens by itself. The default, 0.1, is above what a training
+  /// loop's own fragmentation needs, so a loop settles with no driver call at all; smaller values
+  /// hold less and pay driver calls in every step (the measured frontier is in docs/RESULTS.md).
+  /// Must be >= 0.
+  double growth_slack = 0.1;
 };
 
 /// A snapshot of a pool's figures. "mapped" is physical memory held (created and mapped or

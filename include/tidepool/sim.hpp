@@ -112,6 +112,8 @@ class sim_driver final : public driver {
   [[nodiscard]] std::size_t physical_bytes(int device) const;
   /// Bytes currently mapped on `device`.
   [[nodiscard]] std::size_t mapped_bytes(int device) const;
+  /// Every mapping on `device`, as (address, size), in address order: a handle is mapped whole.
+  [[nodiscard]] std::vector<std::pair<device_address, std::size_t>> mappings(int device) const;
   /// Host memory standing for [address, address + bytes) when back_with_host_memory is set and the
   /// whole range is mapped; nullptr otherwise.
   [[nodiscard]] std::byte* host_view(int device, device_address address, std::size_t bytes);

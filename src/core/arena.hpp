@@ -33,16 +33,15 @@
 
 namespace tidepool::detail {
 
-/// The regions of a pool: three size tiers, each for scratch and for persistent requests.
+/// The regions of a pool: two size tiers, each for scratch and for persistent requests.
 enum class arena_kind : std::uint8_t {
-  small_scratch, small_persistent,    ///< below options.small_size_threshold (1 MiB)
-  medium_scratch, medium_persistent,  ///< up to 16 granules (32 MiB) included: 2 MiB handles
-  huge_scratch, huge_persistent,      ///< larger: larger handles (page_table::handle_size_for)
+  small_scratch, small_persistent,  ///< below options.small_size_threshold (1 MiB): granule handles, shared pages
+  large_scratch, large_persistent,  ///< the rest: handles sized by the growth that made them (page_table.cpp)
 };
-inline constexpr unsigned arena_kinds = 6;
+inline constexpr unsigned arena_kinds = 4;
 
 struct arena_settings {
-  arena_kind kind = arena_kind::medium_scratch;
+  arena_kind kind = arena_kind::large_scratch;
   bool virtual_memory = true;
   bool large_handles = false;       ///< may map handles larger than the granularity
   std::size_t range_bytes = 0;      ///< size of each address reservation
@@ -160,6 +159,10 @@ class arena {
   // An unmapped room whose free block below (of any stream or of `slot`) is smaller than `bytes` but would serve
   // it with the fewest bytes mapped, at most `most_to_map`; nullptr if none (placement.cpp).
   block* room_to_extend(std::size_t bytes, std::size_t most_to_map, std::uint32_t slot) const;
+  // Whether a block [start, end) carved from free block `c` should split large handle `h`, which
+  // it cuts, rather than leave it shared with the free rest (placement.cpp).
+  [[nodiscard]] bool repair_worthwhile(const page_table::handle_record& h, const block* c, device_address start,
+                                       device_address end) const noexcept;
   // Replaces large handle `id` (free, safe to unmap) by new handles split at `splits` (those inside
   // it); false if it could not (then the whole handle is unmapped, or, if unmapping failed,
   // nothing changed: `unmapped` says which).

@@ -89,19 +89,6 @@ bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
   return true;
 }
 
-void pool_impl::adapt_growth_budget(std::size_t stolen_bytes) {
-  if (peak_in_use_ > peak_seen_by_growth_) {  // live memory grew: stealing was worth it
-    peak_seen_by_growth_ = peak_in_use_;
-    stolen_since_peak_ = 0;
-  }
-  stolen_since_peak_ += stolen_bytes;
-  if (static_cast<double>(stolen_since_peak_) <= adaptive_steal_multiple * static_cast<double>(peak_in_use_)) return;
-  // The pool keeps moving the same memory around without ever needing more of it: pay for a
-  // little more held memory once rather than driver calls forever.
-  stolen_since_peak_ = 0;
-  adaptive_slack_ = std::min(max_adaptive_slack, std::max(2.0 * adaptive_slack_, adaptive_slack_step));
-}
-
 pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   std::size_t headroom_budget = std::numeric_limits<std::size_t>::max();
   if (!virtual_memory_) {
@@ -133,14 +120,14 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   const bool large = where.guards_large_handles();
   const std::size_t have = w.below != nullptr ? w.below->size : 0;
   const bool partial_end = large && size > have && (size - have) % g != 0;
-  // The growth budget (pool_options::growth_slack, plus what adapt_growth_budget added): new
-  // handles up to it, stolen ones beyond.
-  const double budget = (1.0 + options_.growth_slack + adaptive_slack_) *
+  // The growth budget (pool_options::growth_slack): new handles up to it, stolen ones beyond.
+  const double budget = (1.0 + options_.growth_slack) *
                         static_cast<double>(std::max(peak_in_use_, in_use_ + size));
   const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - budget;
   const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);
   std::vector<std::uint32_t> stolen;
   std::size_t want = std::min(w.map_bytes, steal_at_least);
+
   auto steal = [&](std::size_t& room, std::size_t largest, std::size_t smallest) {
     std::array<arena*, arena_kinds> order{};
     unsigned n = 0;
@@ -177,9 +164,6 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
       steal(room, g, 0);  // small blocks share pages: granule handles only
     }
   }
-  std::size_t stolen_bytes = 0;
-  for (std::uint32_t id : stolen) stolen_bytes += pages_.record(id).size;
-  adapt_growth_budget(stolen_bytes);
   std::size_t mapped = 0;
   for (std::uint32_t id : stolen) {
     const std::size_t handle_size = pages_.record(id).size;
@@ -200,8 +184,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   std::size_t remaining = failure == driver_status::success && w.map_bytes > mapped ? w.map_bytes - mapped : 0;
   while (remaining > 0) {
     const std::size_t handle_size =
-        pages_.handle_size_for(size, partial_end && remaining > g ? remaining - g : remaining,
-                               where.settings().large_handles);
+        pages_.handle_size_for(partial_end && remaining > g ? remaining - g : remaining, where.settings().large_handles);
     if (!within_limits(handle_size, headroom_budget)) {
       result = growth::no_memory;
       break;

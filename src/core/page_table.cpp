@@ -36,7 +36,6 @@
 
 namespace tidepool::detail {
 namespace {
-constexpr std::size_t large_handle_divisor = 4;
 constexpr std::size_t max_large_handle_granules = 32;
 }  // namespace
 
@@ -111,13 +110,9 @@ driver_status page_table::add_peer(int peer) {
   return driver_status::success;
 }
 
-std::size_t page_table::handle_size_for(std::size_t request_bytes, std::size_t bytes, bool large_handles) const noexcept {
-  const std::size_t g = granularity_;
-  const std::size_t fits = floor_pow2(std::max<std::size_t>(bytes / g, 1)) * g;  // never more than is left
-  if (!large_handles) return g;
-  const std::size_t share = request_bytes / large_handle_divisor / g;
-  const std::size_t wanted = std::min(floor_pow2(std::max<std::size_t>(share, 1)), max_large_handle_granules) * g;
-  return std::min(wanted, fits);
+std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles) const noexcept {
+  if (!large_handles) return granularity_;
+  return std::min(bytes, max_large_handle_granules * granularity_);
 }
 
 }  // namespace tidepool::detail

@@ -69,10 +69,10 @@ class page_table {
   void add_held(std::size_t bytes) noexcept;
   void remove_held(std::size_t bytes) noexcept { held_ -= bytes; released_ += bytes; }
 
-  /// Size of the handles to create for the `bytes` still to map under a request of
-  /// `request_bytes` in a region that may (`large_handles`) or may not use handles above the
-  /// granularity: see the policy in page_table.cpp.
-  [[nodiscard]] std::size_t handle_size_for(std::size_t request_bytes, std::size_t bytes, bool large_handles) const noexcept;
+  /// Size of the next handle to create when `bytes` (a granularity multiple) are still to map, in
+  /// a region that may (`large_handles`) or may not use handles above the granularity: see the
+  /// policy in page_table.cpp.
+  [[nodiscard]] std::size_t handle_size_for(std::size_t bytes, bool large_handles) const noexcept;
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }

@@ -91,6 +91,19 @@ block* arena::room_to_extend(std::size_t bytes, std::size_t most_to_map, std::ui
   return chosen;
 }
 
+bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c, device_address start,
+                              device_address end) const noexcept {
+  // Splitting needs the handle wholly free (inside c) and safe to unmap (c free for every stream).
+  if (h.at < c->address || h.at + h.size > c->end() || c->owner != 0) return false;
+  // A block that covers at least half of the handle keeps it whole: it pins no more than its own
+  // size, and leaving the handle as it is costs no driver call (the same shapes come back step after
+  // step). A block that covers less would pin the rest of a large handle for as long as it lives.
+  const device_address from = std::max(h.at, start);
+  const device_address to = std::min(h.at + h.size, end);
+  const std::size_t covered = to > from ? to - from : 0;
+  return 2 * covered < h.size;
+}
+
 block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   const std::size_t g = granularity_;
   if (c->range->segment) {  // one mem_alloc segment: no granules to save, no handles
@@ -109,52 +122,20 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
     return split_around(c, nullptr, 0, start, bytes, slot);
   }
 
-  // Large handles that [start, end) would cut: at most one at each edge.
-  struct handle_cut {
-    std::uint32_t id;
-  };
-  std::array<handle_cut, 2> cuts{};
+  // Large handles that [start, end) would cut, at most one at each edge, and of those the ones
+  // worth splitting (repair_worthwhile).
+  std::array<std::uint32_t, 2> cuts{};
   unsigned cut_count = 0;
-  auto inside_c = [&](const page_table::handle_record& h) { return h.at >= c->address && h.at + h.size <= c->end(); };
-  // The large handles that [from, from + bytes) would cut; false if one is not inside c (cannot
-  // happen while the invariant holds).
-  auto find_cuts = [&](device_address from) {
-    cut_count = 0;
-    const device_address end = from + bytes;
-    const device_address lo = round_down(from, g);
-    const device_address hi = round_up(end, g);
-    const std::uint32_t low_id = pages_.handle_at(*c->range, lo);
-    const page_table::handle_record& low = pages_.record(low_id);
-    if (low.size > g && (low.at < from || low.at + low.size > end)) {
-      if (!inside_c(low)) return false;
-      cuts[cut_count++] = handle_cut{low_id};
-    }
-    const std::uint32_t high_id = pages_.handle_at(*c->range, hi - g);
-    if (high_id != low_id) {
-      const page_table::handle_record& high = pages_.record(high_id);
-      if (high.size > g && high.at + high.size > end) {
-        if (!inside_c(high)) return false;
-        cuts[cut_count++] = handle_cut{high_id};
-      }
-    }
-    return true;
+  const device_address end = start + bytes;
+  auto consider = [&](std::uint32_t id) {
+    const page_table::handle_record& h = pages_.record(id);
+    if (h.size <= g || (h.at >= start && h.at + h.size <= end)) return;  // not cut
+    if (repair_worthwhile(h, c, start, end)) cuts[cut_count++] = id;
   };
-  if (!find_cuts(start)) return nullptr;
-  if (cut_count > 0) {
-    // A start at a later handle boundary inside c that cuts nothing costs no driver call (the
-    // same size coming back finds the place it had: growth gave its end granule its own handle).
-    device_address from = round_up(c->address, g);
-    for (unsigned scanned = 0; scanned < max_placement_scan && from + bytes <= c->end(); ++scanned) {
-      const page_table::handle_record& h = pages_.record(pages_.handle_at(*c->range, from));
-      if (h.at == from && from != start && find_cuts(from) && cut_count == 0) {
-        start = from;
-        break;
-      }
-      from = h.at + h.size;
-    }
-    if (cut_count > 0 && !find_cuts(start)) return nullptr;
-  }
-  if (cut_count > 0 && c->owner != 0) return nullptr;  // another stream's work may still use it  // another stream's work may still use it
+  const std::uint32_t low_id = pages_.handle_at(*c->range, round_down(start, g));
+  const std::uint32_t high_id = pages_.handle_at(*c->range, round_up(end, g) - g);
+  consider(low_id);
+  if (high_id != low_id) consider(high_id);
 
   slots_[c->owner]->remove(c);
   std::array<span, 4> rooms{};
@@ -162,14 +143,13 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   bool placed = true;
   // Where the block's granules begin and end: a large handle is split there, each piece one new
   // handle (lying wholly under the block, or wholly beside it).
-  const device_address end = start + bytes;
   const device_address lo = round_down(start, g);
   const device_address hi = round_up(end, g);
   const std::array<device_address, 4> splits = {lo, start != lo ? lo + g : lo, end != hi ? hi - g : hi, hi};
   for (unsigned i = 0; i < cut_count; ++i) {
-    const page_table::handle_record h = pages_.record(cuts[i].id);
+    const page_table::handle_record h = pages_.record(cuts[i]);
     bool unmapped = false;
-    if (!remap_split(cuts[i].id, *c->range, splits, unmapped)) {
+    if (!remap_split(cuts[i], *c->range, splits, unmapped)) {
       placed = false;
       if (unmapped) rooms[room_count++] = span{h.at, h.at + h.size};
     }

@@ -55,16 +55,13 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
   const std::size_t granularity = pages_.granularity();
   virtual_memory_ = d.supports_virtual_memory(device);
   device_total_ = calls_.memory_info().total;
-  // Huge: above 16 granules (32 MiB). A request of exactly 32 MiB (a common tensor size) stays on
-  // 2 MiB handles, so when it outlives its neighbours it pins only its own pages.
-  huge_threshold_ = std::max(options_.small_size_threshold, 16 * granularity + 1);
   const std::size_t range_bytes = options_.address_range_bytes != 0 ? options_.address_range_bytes
                                                                    : round_up(device_total_, granularity);
   for (unsigned k = 0; k < arenas_.size(); ++k) {
     arena_settings settings;
     settings.kind = static_cast<arena_kind>(k);
     settings.virtual_memory = virtual_memory_;
-    settings.large_handles = k >= 4;
+    settings.large_handles = k >= 2;
     settings.range_bytes = range_bytes;
     arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
   }

@@ -115,7 +115,7 @@ class pool_impl {
   enum class growth { grown, no_memory };
 
   [[nodiscard]] arena& arena_for(std::size_t size, lifetime hint) noexcept {
-    const unsigned tier = size < options_.small_size_threshold ? 0u : size < huge_threshold_ ? 2u : 4u;
+    const unsigned tier = size < options_.small_size_threshold ? 0u : 2u;
     return *arenas_[tier + (hint == lifetime::persistent ? 1u : 0u)];
   }
 
@@ -128,12 +128,6 @@ class pool_impl {
   // growth.cpp
   block* allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s);
   growth grow(arena& where, std::size_t size);
-  // Counts `stolen_bytes` stolen by a growth and widens the growth budget when stealing goes on
-  // without live memory reaching a new peak (growth.cpp).
-  void adapt_growth_budget(std::size_t stolen_bytes);
-  static constexpr double adaptive_steal_multiple = 0.5;  // stolen bytes since the peak, in peaks
-  static constexpr double adaptive_slack_step = 0.02;     // first widening; each next one doubles
-  static constexpr double max_adaptive_slack = 0.5;
   [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget);
 
   // release_policy.cpp
@@ -171,16 +165,10 @@ class pool_impl {
   bool virtual_memory_ = true;
   bool automatic_release_ = false;
   std::size_t device_total_ = 0;
-  std::size_t huge_threshold_ = 0;  // requests from here on go to the huge arenas
   std::size_t in_use_ = 0;
   std::size_t requested_ = 0;
   std::size_t peak_in_use_ = 0;
   std::size_t peak_requested_ = 0;
-  // The adaptive part of the growth budget (growth.cpp): bytes stolen since in-use memory last
-  // set a new peak, the peak that was, and the slack added to options_.growth_slack so far.
-  std::size_t stolen_since_peak_ = 0;
-  std::size_t peak_seen_by_growth_ = 0;
-  double adaptive_slack_ = 0.0;
   std::uint64_t allocations_ = 0;
   std::uint64_t deallocations_ = 0;
   std::uint64_t recoveries_ = 0;

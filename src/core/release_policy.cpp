@@ -155,8 +155,6 @@ std::size_t pool_impl::release() {
   std::lock_guard guard(lock_);
   settle_frees(true);
   trim_floor_ = 0;
-  adaptive_slack_ = 0.0;  // the program said it is done with cached memory: the budget starts over
-  stolen_since_peak_ = 0;
   return release_free(everything, any_tick);
 }
 

@@ -20,8 +20,9 @@ std::vector<std::string> allocator_names() {
   return names;
 }
 
-std::unique_ptr<replay_allocator> make_allocator(std::string_view name, std::shared_ptr<driver> drv, int device) {
-  if (name == "tidepool") return std::make_unique<tidepool_allocator>(std::move(drv), device);
+std::unique_ptr<replay_allocator> make_allocator(std::string_view name, std::shared_ptr<driver> drv, int device,
+                                                 const pool_options& tidepool_options) {
+  if (name == "tidepool") return std::make_unique<tidepool_allocator>(std::move(drv), device, tidepool_options);
   if (name == "caching") return std::make_unique<torch_caching_allocator>(std::move(drv), device, false);
   if (name == "expandable") return std::make_unique<torch_caching_allocator>(std::move(drv), device, true);
   if (name == "cupy") return std::make_unique<cupy_allocator>(std::move(drv), device);

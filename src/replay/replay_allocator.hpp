@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tidepool/driver.hpp"
+#include "tidepool/pool.hpp"
 
 namespace tidepool::replay {
 
@@ -45,7 +46,8 @@ class replay_allocator {
 /// Creates the allocator called `name` on `device` of `drv`. Throws tidepool::error
 /// (invalid_argument) for an unknown name, naming it and the known ones.
 [[nodiscard]] std::unique_ptr<replay_allocator> make_allocator(std::string_view name,
-                                                               std::shared_ptr<driver> drv, int device);
+                                                               std::shared_ptr<driver> drv, int device,
+                                                              const pool_options& tidepool_options = {});
 
 namespace detail {
 /// Turns a failed driver call into a tidepool::error naming the call and the status.

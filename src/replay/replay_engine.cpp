@@ -68,7 +68,7 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
   }
   const driver_call_counts counts_before = drv->call_counts();
   auto* sim = dynamic_cast<sim_driver*>(drv.get());
-  std::unique_ptr<replay_allocator> allocator = make_allocator(allocator_name, drv, device);
+  std::unique_ptr<replay_allocator> allocator = make_allocator(allocator_name, drv, device, options.tidepool_options);
   auto held = [&] { return sim != nullptr ? sim->physical_bytes(device) : allocator->held_bytes(); };
   const std::size_t held_before = held();  // a context opened by the allocator is not its memory
   auto held_now = [&] {

@@ -30,6 +30,7 @@
 
 #include "replay/trace.hpp"
 #include "tidepool/driver.hpp"
+#include "tidepool/pool.hpp"
 
 namespace tidepool::replay {
 
@@ -102,6 +103,8 @@ struct replay_options {
   int device = 0;
   /// How many times the trace is replayed through the one allocator (at least 1).
   unsigned passes = 1;
+  /// Options of the tidepool allocator (the other allocators have none).
+  pool_options tidepool_options{};
   /// Called now and then with (rows done, rows in all); may be empty.
   std::function<void(std::size_t, std::size_t)> progress;
 };

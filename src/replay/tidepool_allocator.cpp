@@ -3,7 +3,8 @@
 
 namespace tidepool::replay {
 
-tidepool_allocator::tidepool_allocator(std::shared_ptr<driver> drv, int device) : pool_(std::move(drv), device) {}
+tidepool_allocator::tidepool_allocator(std::shared_ptr<driver> drv, int device, const pool_options& options)
+    : pool_(std::move(drv), device, options) {}
 
 std::optional<device_address> tidepool_allocator::allocate(std::size_t bytes, stream_t stream) {
   try {

@@ -1,5 +1,5 @@
 // replay/tidepool_allocator.hpp: tidepool's own pool behind the replay interface, through the
-// public tidepool::pool API only (default options: what a user gets without tuning).
+// public tidepool::pool API only.
 #pragma once
 
 #include <memory>
@@ -12,8 +12,8 @@ namespace tidepool::replay {
 /// A tidepool::pool on one device.
 class tidepool_allocator final : public replay_allocator {
  public:
-  /// A pool with default options on `device` of `drv`.
-  tidepool_allocator(std::shared_ptr<driver> drv, int device);
+  /// A pool with `options` (default: what a user gets without tuning) on `device` of `drv`.
+  tidepool_allocator(std::shared_ptr<driver> drv, int device, const pool_options& options = {});
 
   [[nodiscard]] std::string_view name() const noexcept override { return "tidepool"; }
   /// pool::allocate; tidepool::out_of_memory becomes nullopt (counted as a failure).

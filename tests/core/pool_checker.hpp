@@ -120,6 +120,23 @@ class pool_checker {
     return bytes;
   }
 
+  /// Bytes of the handles (mappings) that live blocks touch: what release() must keep, no more,
+  /// since a handle goes back whole or not at all.
+  [[nodiscard]] std::size_t live_handle_bytes() const {
+    const auto maps = sim_.mappings(device_);  // address order, disjoint
+    std::size_t bytes = 0;
+    std::size_t next = 0;  // first mapping not yet counted
+    for (const auto& [address, l] : live_) {  // address order
+      std::size_t i = next;
+      while (i < maps.size() && maps[i].first + maps[i].second <= address) ++i;
+      for (; i < maps.size() && maps[i].first < address + l.bytes; ++i) {
+        bytes += maps[i].second;
+        next = i + 1;
+      }
+    }
+    return bytes;
+  }
+
   [[nodiscard]] std::vector<void*> live_pointers() const {
     std::vector<void*> out;
     for (const auto& [address, l] : live_) out.push_back(reinterpret_cast<void*>(address));

@@ -84,11 +84,14 @@ TEST(PoolGrowth, DriftingHugeRequestsOnAStreamOfTheirOwn) {
   EXPECT_EQ(sim->stream_destroy(0, s), driver_status::success);
 }
 
-// A random mix that keeps stealing without live memory ever reaching a new peak widens its growth
-// budget (growth.cpp), so its misses stop costing driver calls; release() narrows it again.
-TEST(PoolGrowth, AStealingMixWidensItsBudgetAndReleaseNarrowsIt) {
+// The growth budget is fixed: a random mix that keeps stealing without live memory ever reaching a
+// new peak holds no more than (1 + growth_slack) * peak in use however long it runs (the budget
+// once widened by itself, and a training loop whose shapes change every step ended at 1.5x).
+TEST(PoolGrowth, TheBudgetNeverWidensUnderALongStealingMix) {
   auto sim = std::make_shared<sim_driver>(small_device(2048 * MiB));
-  pool p(sim, 0);
+  pool_options options;
+  options.growth_slack = 0.05;
+  pool p(sim, 0, options);
   pool_checker checker(*sim, p);
   constexpr std::size_t slots = 150;
   std::mt19937_64 rng(11);
@@ -96,36 +99,29 @@ TEST(PoolGrowth, AStealingMixWidensItsBudgetAndReleaseNarrowsIt) {
   auto draw = [&] { return static_cast<std::size_t>(std::exp(log_size(rng))); };
   std::vector<void*> live(slots);
   for (void*& ptr : live) ptr = checker.allocate(draw());
-  // Map and unmap calls over `ops` replacements of a random slot.
-  auto churn = [&](int ops) {
+  double worst = 0.0;
+  std::uint64_t stealing_calls = 0;
+  for (int round = 0; round < 12; ++round) {
     const std::uint64_t before = moving_calls(p);
-    for (int i = 0; i < ops; ++i) {
+    for (int i = 0; i < 2000; ++i) {
       void*& ptr = live[rng() % slots];
       checker.free(ptr);
       ptr = checker.allocate(draw());
-      if (i % 64 == 0) checker.check();
+      const pool_stats s = p.stats();
+      worst = std::max(worst, static_cast<double>(s.mapped_bytes) / static_cast<double>(s.peak_in_use_bytes));
+      if (i % 256 == 0) checker.check();
     }
-    return moving_calls(p) - before;
-  };
-  const std::uint64_t early = churn(2000);
-  (void)churn(20000);
-  const std::uint64_t late = churn(2000);
-  std::printf("stealing mix: %llu map/unmap calls in the first 2000 replacements, %llu in 2000 after 20000 more\n",
-              static_cast<unsigned long long>(early), static_cast<unsigned long long>(late));
-  EXPECT_LT(late * 4, early) << "the budget did not widen: the mix still steals";
-  const double widened = static_cast<double>(p.stats().mapped_bytes) / static_cast<double>(p.stats().peak_in_use_bytes);
+    stealing_calls = moving_calls(p) - before;
+  }
+  std::printf("stealing mix at growth_slack 0.05: worst held / peak in use %.3f; %llu map/unmap calls in the last 2000\n",
+              worst, static_cast<unsigned long long>(stealing_calls));
+  EXPECT_GT(stealing_calls, 0u) << "the mix no longer steals: it does not test the budget";
+  // Only whole free handles can be stolen, and a large handle part of which a live neighbour covers
+  // is not one, so a miss may map new memory past the budget (measured: 1.12 here). What must not
+  // happen is the budget widening on its own as the mix goes on (it reached 1.55 that way).
+  EXPECT_LE(worst, 1.2);
   checker.check();
   checker.check_patterns();
-
-  // release() narrows the budget to growth_slack again: held memory grows back only by stealing.
-  (void)p.release();
-  const std::uint64_t after_release = churn(2000);
-  const double narrowed = static_cast<double>(p.stats().mapped_bytes) / static_cast<double>(p.stats().peak_in_use_bytes);
-  std::printf("held / peak in use: %.3f widened, %.3f after release() and 2000 replacements (%llu map/unmap calls)\n",
-              widened, narrowed, static_cast<unsigned long long>(after_release));
-  EXPECT_GT(widened, 1.1) << "the widened budget should let held memory grow past growth_slack";
-  EXPECT_LT(narrowed, 1.05) << "release() did not narrow the budget back to growth_slack";
-  checker.check();
   for (void* ptr : live) checker.free(ptr);
   checker.check();
 }

@@ -26,7 +26,7 @@ TEST(PoolOutOfMemory, ScatteredCacheServesALargeRequest) {
   const std::size_t held = p.stats().mapped_bytes;
   void* big = checker.allocate(24 * MiB);  // no free block fits; the free handles do
   checker.check();
-  EXPECT_EQ(p.stats().mapped_bytes, held) << "the request was served by the cache, not by new memory";
+  EXPECT_LE(p.stats().mapped_bytes, held) << "the request was served by the cache, not by new memory";
   checker.check_patterns();
   checker.free(big);
 }
@@ -141,7 +141,7 @@ TEST(PoolOutOfMemory, NothingMappedForTheFailedRequestStaysHeld) {
   checker.free(y);
   // 50 MiB cannot fit in 64 MiB beside 24 MiB live; the retries map what they can first.
   EXPECT_THROW((void)p.allocate(50 * MiB), out_of_memory);
-  EXPECT_EQ(sim->physical_bytes(0), checker.live_granule_bytes()) << "held after the throw: only live pages";
+  EXPECT_EQ(sim->physical_bytes(0), checker.live_handle_bytes()) << "held after the throw: only the handles live blocks touch";
   EXPECT_EQ(p.stats().mapped_bytes, 24 * MiB);
   checker.check();
   checker.check_patterns();

@@ -67,7 +67,7 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
       const pool_stats after = p.stats();
       EXPECT_EQ(before.mapped_bytes - after.mapped_bytes, returned);
       EXPECT_EQ(after.released_bytes - before.released_bytes, returned);
-      EXPECT_EQ(sim->physical_bytes(0), checker.live_granule_bytes()) << "release() keeps exactly the touched granules";
+      EXPECT_EQ(sim->physical_bytes(0), checker.live_handle_bytes()) << "release() keeps exactly the handles live blocks touch";
     }
     checker.check();
     if (::testing::Test::HasFailure()) {
@@ -123,7 +123,7 @@ TEST_P(PoolRandomRelease, HeldAfterReleaseIsTheGranulesLiveBlocksTouch) {
     } else {
       (void)p.release();
       ++releases;
-      EXPECT_EQ(sim->physical_bytes(0), checker.live_granule_bytes())
+      EXPECT_EQ(sim->physical_bytes(0), checker.live_handle_bytes())
           << "after release(): held is the granules live blocks touch (seed " << seed << ", op " << op << ")";
     }
     checker.check();
@@ -135,7 +135,7 @@ TEST_P(PoolRandomRelease, HeldAfterReleaseIsTheGranulesLiveBlocksTouch) {
   EXPECT_GT(releases, 10);
   checker.check_patterns();
   (void)p.release();
-  EXPECT_EQ(sim->physical_bytes(0), checker.live_granule_bytes());
+  EXPECT_EQ(sim->physical_bytes(0), checker.live_handle_bytes());
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, PoolRandomRelease, ::testing::Values(11u, 12u, 13u, 14u));

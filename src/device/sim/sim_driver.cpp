@@ -173,6 +173,13 @@ std::size_t sim_driver::mapped_bytes(int device) const {
   return device_or_throw(*state_, device, "mapped_bytes").mapped_bytes;
 }
 
+std::vector<std::pair<device_address, std::size_t>> sim_driver::mappings(int device) const {
+  std::lock_guard lock(state_->mutex);
+  std::vector<std::pair<device_address, std::size_t>> out;
+  for (const auto& [address, m] : device_or_throw(*state_, device, "mappings").mappings) out.emplace_back(address, m.size);
+  return out;
+}
+
 std::byte* sim_driver::host_view(int device, device_address address, std::size_t bytes) {
   std::lock_guard lock(state_->mutex);
   detail::sim_state& state = *state_;
