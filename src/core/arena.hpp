@@ -1,12 +1,11 @@
-// An arena: the blocks of one region kind (small, medium or huge requests, scratch or persistent)
-// in reserved address ranges of its own, and the free indices that reuse them.
+// An arena: the blocks of one region kind (small or large requests, scratch or persistent) in
+// reserved address ranges of its own, and the free indices that reuse them.
 //
 // Keeping kinds apart is what stops retention: a small or persistent block is never carved from a
-// freed scratch region, so it never pins one (DESIGN 1.1). The medium/huge split does the same for
-// handles: huge requests map larger handles (cheaper per byte, DESIGN 2a), and only huge blocks
-// are ever placed on them, so a medium block that outlives them cannot pin a large handle for a
-// few MiB of its own (measured on the loader trace: with one large tier, peak held / peak live was
-// 1.05 with 64 MiB handles, and driver time 6x higher with 2 MiB ones). Within an arena:
+// freed scratch region, so it never pins one (DESIGN 1.1). All requests of a granule's half or
+// more share one large arena: blocks of every size fill each other's holes, as in one expandable
+// segment (a separate arena for the largest requests held 1.19x on GPT-2 where one arena holds
+// 1.07x). Within an arena:
 //  - free blocks with every page mapped sit in a free index per stream slot (slot 0: any stream);
 //    take() and give_back() are the fast path: split, coalesce, no driver call (requests of a
 //    granule or more are placed to touch the fewest granules, placement.cpp);
@@ -265,8 +264,8 @@ class arena {
 
   arena_settings settings_;
   std::size_t granularity_;
-  // Medium and huge arenas (virtual memory) may hold handles larger than a granule (made or
-  // stolen) and keep every such handle under one block (placement.cpp).
+  // Large arenas (virtual memory) may hold handles larger than a granule, made or stolen, and
+  // split them when a block would pin a small part of one (placement.cpp).
   bool guards_large_handles_ = false;
   page_table& pages_;
   driver_calls& calls_;

@@ -1,33 +1,12 @@
 // Pages: creating, mapping, unmapping and releasing physical handles, and the handle size policy.
 //
-// Handle size (DESIGN 2a: the driver's cost is per handle, not per byte; an 8 MiB handle costs
-// about what a 2 MiB one does). Small and medium regions always use the granularity: their pages
-// must go back one by one, and a handle that a live block pins only in part strands the rest. The
-// huge region (requests above 16 granules, 32 MiB, where only huge blocks live) maps handles that
-// grow with the request: the largest power-of-two multiple of the granularity that is at most
-// 1/large_handle_divisor of the request, capped at max_large_handle_granules (64 MiB).
-//
-// Measured with `tidepool replay traces/*.csv.gz` (sim, H200 costs; gpt2 / loader / resnet50;
-// huge from 32 MiB on, before the threshold moved above 32 MiB):
-//   divisor/cap   peak held/live        after release (goal: live in 2 MiB + 2%)   driver ms (exact: 506/575/267)
-//   2 MiB only    1.004/1.025/1.006     68/5720/70 MiB                            730/3350/140
-//   16 / 2 (4M)   1.007/1.007/1.008     74/5630/70                                478/951/153
-//   16 / 4 (8M)   1.008/1.012/1.009     78/5710/70                                369/503/146   <- chosen
-//   16 / 32 (64M) 1.012/1.019/1.009     102/5820/70                               299/296/146
-// Larger handles cut driver time but strand more behind huge blocks still live at release
-// (a handle goes back whole or not at all); 8 MiB is the largest cap that keeps driver time under
-// the `exact` baseline on every trace with peak held/live at most 1.012. With 32 MiB requests
-// kept in the medium region (2 MiB handles), the chosen row became 1.006/1.012/1.011,
-// 72/5710/66 MiB, 375/504/143 ms.
-// Since then no block cuts a handle larger than a granule (placement.cpp), so a large handle no
-// longer strands memory at release and larger ones cost only cut repairs. With extension
-// (placement.cpp), driver ms gpt2/loader/resnet50 (exact: 506/575/267) and peak held/live:
-//   16 / 4 (8M)     346/655/159   1.011/1.005/1.015
-//    8 / 16 (32M)   253/600/143   1.010/1.005/1.021
-//    8 / 32 (64M)   255/586/143   1.010/1.005/1.021
-//    4 / 16 (32M)   227/582/125   1.011/1.009/1.014
-//    4 / 32 (64M)   224/573/125   1.013/1.008/1.014   <- chosen: the loader under exact's
-//    4 / 64 (128M)  219/587/125   1.023/1.006/1.014
+// Handle size. The driver's cost is per handle, not per byte (DESIGN 2a: create, map, set access
+// and unmap cost about the same from 2 to 64 MiB), so growth in the large arenas maps as few
+// handles as it can: each as large as what is left to map, up to max_large_handle_granules
+// (64 MiB; beyond it a handle saves at most 0.4 ms per GiB of growth and makes release and
+// stealing coarser). Small arenas use the granularity: small blocks share pages, and a page goes
+// back only when none of them is live. How large handles are split when a block would pin a
+// small part of one is placement.cpp's; the measured alternatives are in docs/RESULTS.md.
 #include "core/page_table.hpp"
 
 #include <algorithm>

@@ -1,41 +1,29 @@
 // Placement: where a request of a granule or more goes inside the free block that serves it, and
-// how an arena of large handles keeps every large handle under one block.
+// when a large handle that the block would cut is split.
 //
-// After release() the pool holds exactly the granules that live blocks touch (DESIGN 4: live
-// rounded up to 2 MiB pages, no more), so a granule touched needlessly is held needlessly. A block
-// of a granule or more therefore starts at the first granule boundary of its free block when that
-// touches fewer granules (a 32 MiB request at a boundary touches 16 granules, not 17).
+// A block of a granule or more starts at the first granule boundary of its free block when that
+// touches fewer granules (a 32 MiB request at a boundary touches 16 granules, not 17): after
+// release() the pool holds the handles live blocks touch, so a granule touched needlessly may be
+// held needlessly.
 //
-// In the huge arenas handles grow up to 4 granules (page_table.cpp), and a handle goes back whole
-// or not at all. So those arenas keep an invariant: every handle larger than a granule lies wholly
-// inside one block, live or free. A block carved from a free block must not cut one; when its
-// start or end falls inside a large handle, that handle is replaced by new handles split where the
-// block's granules begin and end (the granule holding an unaligned edge gets a handle of its own),
-// so each piece lies under the block or beside it, and nothing held changes.
-// Unmapping needs the handle to be safe for every stream, so a block is carved that way only from
-// free blocks of slot 0; a free block of the request's own stream that would need it is passed
-// over (the slow path settles it, then takes it). Growth maps the granule holding a request's end
-// as a granule handle of its own (growth.cpp), so fresh memory never needs the re-mapping.
+// In the large arenas handles are as large as the growth that made them (up to 64 MiB,
+// page_table.cpp), and a handle goes back whole or not at all. Placement itself ignores handles:
+// it is best fit, so a loop whose shapes repeat or drift finds the places it had, and the layout
+// settles (placement that avoided cutting handles distorted best fit and never settled). When a
+// block would cut a large handle that lies wholly inside the free block it is carved from, and
+// covers less than half of it, the handle is replaced by handles split where the block's granules
+// begin and end (repair_worthwhile, remap_split): a small block that outlives its neighbours then
+// pins its own granules, not the rest of a large handle. A block covering half or more keeps the
+// handle whole: it pins at most its own size again, and the same shapes coming back cost nothing.
+// Splitting needs the handle free for every stream (unmapping it must not race queued work), so
+// a block carved from a free block of its own stream leaves the handle whole.
 //
-// Extension instead of a wasteful fit (huge arenas). The loader trace allocates six 270-620 MB
-// scratch blocks, frees them all, and does it again with sizes off by up to 2%. Best fit then
-// cascades: a request 1 MB larger than last time misses its old block, takes the next one up, and
-// the last request finds nothing left and steals its whole size, handle by handle, from the free
-// blocks the others passed over. So when the best fit would waste more than 1/16 of the request
-// (or none fits) and a smaller free block (of any stream, or of the request's own) has unmapped
-// room above it where at most 1/16 of the request would serve it, take() declines and growth
-// maps just that extension (arena::open_window takes the room take() chose). Measured with
-// `tidepool replay traces/*.csv.gz --allocators tidepool` (sim; gpt2 / loader / resnet50 driver
-// ms, exact: 506/575/267), with huge handles at request/4 capped at 64 MiB (page_table.cpp):
-//   no extension                 217/709/119   peak held/live 1.014/1.005/1.021
-//   1/16, free blocks of slot 0  218/581/124                  1.011/1.008/1.026
-//   1/16, or the stream's own    224/573/125                  1.013/1.008/1.014   <- chosen
-//   1/8, or the stream's own     220/559/122                  1.012/1.008/1.039
-//   1/32, or the stream's own    212/590/119                  1.013/1.009/1.021
-// (with the older request/16, 8 MiB handles: 877 -> 655 ms on the loader.) Where the driver
-// calls of the loader come from, chosen row: 3570 new handles (mostly 2 MiB medium pages),
-// 3597 steals (2459 of them the huge arena moving its own free handles under a new window),
-// 988 cut repairs, 4186 handles handed back by the final release().
+// Extension instead of a wasteful fit: when the best fit would waste more than 1/16 of the
+// request (or none fits) and a smaller free block (of any stream, or of the request's own) has
+// unmapped room above it where at most 1/16 of the request would serve it, take() declines and
+// growth maps just that extension (arena::open_window takes the room take() chose). Without it,
+// requests a little larger than last time cascade through best fit, and the last one finds
+// nothing left and must steal its whole size (the loader workload).
 #include <algorithm>
 #include <array>
 #include <limits>

@@ -17,10 +17,12 @@ namespace tidepool::replay {
 /// the order given (put tidepool first).
 [[nodiscard]] std::string format_table(const trace_summary& summary, const std::vector<replay_result>& results);
 
-/// The goals tidepool must reach on a trace (issue 3), checked against the results of the same
-/// trace: peak held / peak live <= 1.02; held after release <= bytes live at the end rounded up
-/// to 2 MiB, plus 2%; less driver time than `exact`. Empty when there is no tidepool result; the
-/// driver-time goal is left out when there is no exact result.
+/// The goals tidepool must reach on a trace (issue 15), checked against the results of the same
+/// trace: peak held / peak live <= 1.03 and no more than expandable segments' (over every pass);
+/// first-pass driver time no more than expandable segments'; with three passes or more, no driver
+/// call after the second pass; held after release <= bytes live at the end rounded up to 2 MiB,
+/// plus 2%. Empty when there is no tidepool result; the expandable comparisons are left out
+/// when there is no expandable result.
 [[nodiscard]] std::string format_goals(const std::vector<replay_result>& results);
 
 /// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,
