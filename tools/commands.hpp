@@ -8,7 +8,8 @@ namespace tidepool::cli {
 
 /// `tidepool replay TRACE...`: replays traces against tidepool and the baselines.
 void add_replay_command(CLI::App& app, int& exit_code);
-/// `tidepool info`: the driver, its devices, which have a context, their memory.
+/// `tidepool info [TRACE...]`: the driver, its devices, which have a context, their memory; or
+/// each trace's summary (rows, peak live, live at the end, sizes, streams, threads).
 void add_info_command(CLI::App& app, int& exit_code);
 /// `tidepool generate-loader OUT`: writes the loader workload of DESIGN 1.1 as a trace.
 void add_generate_loader_command(CLI::App& app, int& exit_code);

@@ -61,9 +61,14 @@ void run_replay(const replay_settings& settings) {
   // tidepool first, then the others in the order given.
   std::stable_partition(allocators.begin(), allocators.end(), [](const std::string& a) { return a == "tidepool"; });
 
+  // A row larger than the device is a bad row of the trace, named by file and line when read.
+  const std::size_t capacity = make_driver(settings.device)->memory_info(0).total;
   std::vector<replay::replay_result> all;
   for (const std::string& path : settings.traces) {
-    const replay::trace t = replay::read_trace(path);
+    const replay::trace t = replay::read_trace(path, capacity);
+    if (t.events.empty()) {
+      throw error(error_code::invalid_argument, fmt::format("{}: empty trace: no rows after the header", path));
+    }
     const replay::trace_summary summary = replay::summarize(t);
     const progress_line progress(t.events.size());
     std::vector<replay::replay_result> results;

@@ -1,12 +1,14 @@
 /* tidepool/c_api.h: the stable C ABI of libtidepool.so, over the process's pools (one per device).
  *
- * Every function catches whatever the C++ side throws: nothing propagates out of it. A function
- * that returns a tidepool_status reports failure by its code, and tidepool_last_error() then holds
- * a message for the calling thread (naming the pointer, size or device at fault). The framework
- * entry points (tidepool_torch_*, tidepool_cupy_*) cannot return a status: they return NULL on
- * failure and set the message and tidepool_last_status(); the PyTorch ones and tidepool_cupy_free
- * also print it to stderr, because nothing else would show it (PyTorch does not check for NULL;
- * the Python package checks CuPy's result and raises).
+ * Every function but tidepool_torch_alloc catches whatever the C++ side throws: nothing propagates
+ * out of it. A function that returns a tidepool_status reports failure by its code, and
+ * tidepool_last_error() then holds a message for the calling thread (naming the pointer, size or
+ * device at fault). The framework entry points (tidepool_torch_*, tidepool_cupy_*) cannot return a
+ * status; they set the message and tidepool_last_status() on failure. tidepool_torch_alloc then
+ * throws a C++ exception, for PyTorch (which does not check for NULL) to turn into a Python
+ * exception; tidepool_cupy_malloc returns NULL (the Python package checks it and raises CuPy's
+ * OutOfMemoryError); the free functions print the message to stderr, since nothing else would
+ * show it.
  *
  * Streams are CUDA streams (cudaStream_t, CUstream); NULL is the legacy default stream.
  *
@@ -24,14 +26,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tidepool/export.h"
+
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-#if defined(__GNUC__)
-#define TIDEPOOL_API __attribute__((visibility("default")))
-#else
-#define TIDEPOOL_API
 #endif
 
 /** A CUDA stream: the same type as cudaStream_t and CUstream. */
@@ -141,7 +139,11 @@ TIDEPOOL_API tidepool_status tidepool_set_current_stream(int device, tidepool_st
 /** The calling thread's current stream for `device`. */
 TIDEPOOL_API tidepool_status tidepool_get_current_stream(int device, tidepool_stream_t* stream);
 
-/** PyTorch's CUDAPluggableAllocator alloc function. Returns NULL on failure, and for size 0. */
+/** PyTorch's CUDAPluggableAllocator alloc function, for PyTorch only (C callers: use
+ *  tidepool_allocate). Returns NULL for size 0. On failure it throws a C++ exception, as PyTorch's
+ *  own allocator does, which PyTorch turns into a Python RuntimeError: out of memory is a
+ *  tidepool::out_of_memory (a std::bad_alloc) whose message starts "CUDA out of memory.", as
+ *  PyTorch's does; anything else a tidepool::error. The status and message are kept as well. */
 TIDEPOOL_API void* tidepool_torch_alloc(size_t size, int device, tidepool_stream_t stream);
 /** PyTorch's CUDAPluggableAllocator free function (stream: the allocation's, as PyTorch passes). */
 TIDEPOOL_API void tidepool_torch_free(void* ptr, size_t size, int device,
@@ -166,8 +168,11 @@ TIDEPOOL_API tidepool_status tidepool_release_cached_memory(size_t* bytes);
  *  pool's byte cap and headroom). Opens no context. */
 TIDEPOOL_API tidepool_status tidepool_available_bytes(int device, size_t* bytes);
 
-/** Sets the options of pools made from now on; pools that exist keep theirs. Call it before the
- *  first allocation. */
+/** Sets the options pools are made with. Only before the first pool exists (the first allocation
+ *  makes one): a pool keeps the options it was made with, so once one exists this is refused with
+ *  TIDEPOOL_INVALID_ARGUMENT, naming its device. Byte counts of 2^63 or more (what a negative number
+ *  stored in these unsigned fields becomes) are refused too, but for UINT64_MAX where it means "no
+ *  limit" (byte_cap, max_cached_bytes). */
 TIDEPOOL_API tidepool_status tidepool_set_default_pool_options(const tidepool_pool_options_t* options);
 /** The options pools are made with now (the defaults until set); honours struct_size. */
 TIDEPOOL_API tidepool_status tidepool_get_default_pool_options(tidepool_pool_options_t* options);

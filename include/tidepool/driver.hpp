@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "tidepool/export.h"
+
 struct CUstream_st;  // cudaStream_t / CUstream is CUstream_st*
 struct CUevent_st;   // cudaEvent_t / CUevent is CUevent_st*
 
@@ -43,7 +45,7 @@ enum class driver_status : std::uint8_t {
 };
 
 /// Short name of a status, e.g. "out_of_memory".
-[[nodiscard]] std::string_view to_string(driver_status status) noexcept;
+[[nodiscard]] TIDEPOOL_API std::string_view to_string(driver_status status) noexcept;
 
 /// Every driver call the device layer counts (and sim models the cost of).
 enum class driver_call : std::uint8_t {
@@ -73,11 +75,11 @@ enum class driver_call : std::uint8_t {
 inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver_call::count_);
 
 /// Name of a call, e.g. "mem_create".
-[[nodiscard]] std::string_view to_string(driver_call call) noexcept;
+[[nodiscard]] TIDEPOOL_API std::string_view to_string(driver_call call) noexcept;
 
 /// How many calls of each kind were made and how long they took: measured wall time on `cuda`,
 /// the modelled cost (DESIGN 2a, measured on an H200) on `sim`.
-struct driver_call_counts {
+struct TIDEPOOL_API driver_call_counts {
   std::array<std::uint64_t, driver_call_kinds> calls{};
   std::array<double, driver_call_kinds> microseconds{};
 
@@ -103,7 +105,7 @@ struct device_memory_info {
 
 /// The device interface. Implementations must be thread safe: pools of several devices call one
 /// driver from several threads at once.
-class driver {
+class TIDEPOOL_API driver {
  public:
   driver() = default;
   driver(const driver&) = delete;
@@ -182,8 +184,8 @@ class driver {
 
 /// The CUDA driver, loaded at run time. Throws tidepool::error if libcuda.so.1 cannot be loaded
 /// or has no device; cuda_driver_unavailable_reason() says why without throwing.
-[[nodiscard]] std::shared_ptr<driver> make_cuda_driver();
+[[nodiscard]] TIDEPOOL_API std::shared_ptr<driver> make_cuda_driver();
 /// Empty when make_cuda_driver() would succeed, else the reason it would not.
-[[nodiscard]] std::string cuda_driver_unavailable_reason();
+[[nodiscard]] TIDEPOOL_API std::string cuda_driver_unavailable_reason();
 
 }  // namespace tidepool

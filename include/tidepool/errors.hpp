@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "tidepool/export.h"
+
 namespace tidepool {
 
 /// What kind of misuse or failure an error reports.
@@ -26,7 +28,7 @@ enum class error_code {
 };
 
 /// Base of tidepool's exceptions other than out_of_memory.
-class error : public std::runtime_error {
+class TIDEPOOL_API error : public std::runtime_error {
  public:
   error(error_code code, const std::string& message) : std::runtime_error(message), code_(code) {}
   [[nodiscard]] error_code code() const noexcept { return code_; }
@@ -48,7 +50,7 @@ struct out_of_memory_report {
 
 /// Thrown when an allocation cannot be satisfied after the whole out-of-memory path (release own
 /// cache, trim CUDA async pools, reclaim hooks, wait for pending frees, retry).
-class out_of_memory : public std::bad_alloc {
+class TIDEPOOL_API out_of_memory : public std::bad_alloc {
  public:
   explicit out_of_memory(const out_of_memory_report& report);
   [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }

@@ -16,6 +16,7 @@
 
 #include "tidepool/driver.hpp"
 #include "tidepool/errors.hpp"
+#include "tidepool/export.h"
 
 namespace tidepool {
 
@@ -87,7 +88,7 @@ struct pool_stats {
 };
 
 /// The pool of one device.
-class pool {
+class TIDEPOOL_API pool {
  public:
   /// Creates the pool of `device` on `drv` (opening the device's context if needed).
   pool(std::shared_ptr<driver> drv, int device, pool_options options = {});

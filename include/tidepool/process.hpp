@@ -16,23 +16,24 @@ namespace tidepool {
 
 /// The process's driver: set_default_driver()'s, else sim when TIDEPOOL_DEVICE=sim, else CUDA.
 /// Throws tidepool::error (unavailable) when CUDA is asked for and absent.
-[[nodiscard]] std::shared_ptr<driver> default_driver();
+[[nodiscard]] TIDEPOOL_API std::shared_ptr<driver> default_driver();
 /// Replaces the process's driver; only allowed before the first pool exists.
-void set_default_driver(std::shared_ptr<driver> drv);
-/// Options for pools the process creates from now on.
-void set_default_pool_options(const pool_options& options);
+TIDEPOOL_API void set_default_driver(std::shared_ptr<driver> drv);
+/// Options for the pools the process creates. Only allowed before the first pool exists (a pool
+/// keeps the options it was made with): throws tidepool::error (invalid_argument) after.
+TIDEPOOL_API void set_default_pool_options(const pool_options& options);
 
 /// The process's pool of `device`, created on first use.
-[[nodiscard]] pool& device_pool(int device);
+[[nodiscard]] TIDEPOOL_API pool& device_pool(int device);
 /// The pools created so far, by device (nullptr where none).
-[[nodiscard]] std::vector<pool*> existing_pools();
+[[nodiscard]] TIDEPOOL_API std::vector<pool*> existing_pools();
 
 /// Hands back every cached byte this process holds on every GPU it has opened, and on no other:
 /// tidepool's pools, the CUDA async pools, then the reclaim hooks. Returns the bytes handed back,
 /// from the allocators' own counts.
-std::size_t release_cached_memory();
+TIDEPOOL_API std::size_t release_cached_memory();
 /// The largest allocation that could succeed on `device` now: the pool's cache plus what the
 /// driver reports free, less headroom and byte cap.
-[[nodiscard]] std::size_t available_bytes(int device);
+[[nodiscard]] TIDEPOOL_API std::size_t available_bytes(int device);
 
 }  // namespace tidepool

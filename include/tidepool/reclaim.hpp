@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <functional>
 
+#include "tidepool/export.h"
+
 namespace tidepool {
 
 /// Frees what it can on `device` (at least `bytes_needed` if it can) and returns the bytes it
@@ -16,10 +18,10 @@ namespace tidepool {
 using reclaim_hook = std::function<std::size_t(int device, std::size_t bytes_needed)>;
 
 /// Registers a hook for every pool of the process; returns an id for remove_reclaim_hook.
-int add_reclaim_hook(reclaim_hook hook);
+TIDEPOOL_API int add_reclaim_hook(reclaim_hook hook);
 /// Unregisters a hook; unknown ids throw tidepool::error.
-void remove_reclaim_hook(int id);
+TIDEPOOL_API void remove_reclaim_hook(int id);
 /// Calls every hook for `device`; returns the sum of what they reported.
-std::size_t run_reclaim_hooks(int device, std::size_t bytes_needed);
+TIDEPOOL_API std::size_t run_reclaim_hooks(int device, std::size_t bytes_needed);
 
 }  // namespace tidepool

@@ -39,7 +39,7 @@ class sim_state;
 }
 
 /// The simulated GPU.
-class sim_driver final : public driver {
+class TIDEPOOL_API sim_driver final : public driver {
  public:
   explicit sim_driver(sim_config config = {});
   ~sim_driver() override;

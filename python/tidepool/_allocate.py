@@ -3,7 +3,7 @@
 
 import ctypes
 
-from . import _library
+from . import _arguments, _library
 
 ANY_DEVICE = -1
 SCRATCH = 0
@@ -13,6 +13,9 @@ PERSISTENT = 1
 def allocate(size, device=0, stream=None, persistent=False):
     """Allocates `size` bytes on `device` for use on `stream` (a cudaStream_t as an int, or None
     for the default stream); returns the device pointer as an int."""
+    size = _arguments.byte_count("allocate", "size", size)
+    device = _arguments.device("allocate", device)
+    stream = _arguments.stream("allocate", stream)
     lib = _library.load()
     out = ctypes.c_void_p()
     hint = PERSISTENT if persistent else SCRATCH
@@ -21,17 +24,25 @@ def allocate(size, device=0, stream=None, persistent=False):
 
 
 def deallocate(ptr, device=ANY_DEVICE, stream=None):
-    """Frees a pointer from allocate(); device may be left to be found."""
+    """Frees a pointer from allocate(); device may be left to be found. Freeing it twice raises
+    TidepoolError TIDEPOOL_DOUBLE_FREE ("double free")."""
+    ptr = _arguments.pointer("deallocate", "ptr", ptr)
+    device = _arguments.device("deallocate", device, any_device=True)
+    stream = _arguments.stream("deallocate", stream)
     _library.check(_library.load().tidepool_deallocate(ptr, device, stream))
 
 
 def record_stream(ptr, stream, device=ANY_DEVICE):
     """Marks `ptr` as used on `stream` too (not reused before that stream's work completes)."""
+    ptr = _arguments.pointer("record_stream", "ptr", ptr)
+    stream = _arguments.stream("record_stream", stream)
+    device = _arguments.device("record_stream", device, any_device=True)
     _library.check(_library.load().tidepool_record_stream(ptr, device, stream))
 
 
 def release(device):
     """Hands `device`'s free cached memory back to the driver; returns the bytes."""
+    device = _arguments.device("release", device)
     released = ctypes.c_size_t(0)
     _library.check(_library.load().tidepool_release(device, ctypes.byref(released)))
     return released.value
@@ -46,6 +57,7 @@ def device_count():
 
 def has_context(device):
     """Whether this process holds a context on `device` (asking opens none)."""
+    device = _arguments.device("has_context", device)
     has = ctypes.c_int(0)
     _library.check(_library.load().tidepool_has_context(device, ctypes.byref(has)))
     return bool(has.value)
@@ -54,11 +66,14 @@ def has_context(device):
 def set_current_stream(device, stream):
     """Sets the calling thread's current stream on `device`: the stream tidepool_cupy_malloc
     allocates on. tidepool.cupy.use() keeps it equal to CuPy's current stream."""
+    device = _arguments.device("set_current_stream", device)
+    stream = _arguments.stream("set_current_stream", stream)
     _library.check(_library.load().tidepool_set_current_stream(device, stream))
 
 
 def get_current_stream(device):
     """The calling thread's current stream on `device` (0 for the default stream)."""
+    device = _arguments.device("get_current_stream", device)
     stream = _library.c_stream()
     _library.check(_library.load().tidepool_get_current_stream(device, ctypes.byref(stream)))
     return stream.value or 0

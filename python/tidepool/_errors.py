@@ -40,6 +40,10 @@ class OutOfMemoryError(TidepoolError, MemoryError):
     """An allocation failed after every reclaim step (own cache, async pools, reclaim hooks)."""
 
 
+class InvalidArgumentError(TidepoolError, ValueError):
+    """A value the library refuses: a bad option, a negative byte count, options set too late."""
+
+
 class LibraryNotFoundError(TidepoolError, OSError):
     """libtidepool.so could not be found or loaded."""
 
@@ -51,4 +55,6 @@ def error_for(status, message):
     """The exception for a failed status."""
     if status == OUT_OF_MEMORY:
         return OutOfMemoryError(status, message)
+    if status == INVALID_ARGUMENT:
+        return InvalidArgumentError(status, message)
     return TidepoolError(status, message)

@@ -1,9 +1,9 @@
-"""tidepool.set_pool_options(): the options of the pools made from now on (byte cap, headroom,
-release policy), over tidepool_set_default_pool_options."""
+"""tidepool.set_pool_options(): the options pools are made with (byte cap, headroom, release
+policy), over tidepool_set_default_pool_options; set before the first allocation."""
 
 import ctypes
 
-from . import _library
+from . import _arguments, _library
 
 _NO_LIMIT = 2**64 - 1
 
@@ -25,26 +25,37 @@ def get_pool_options():
 
 
 def set_pool_options(**changes):
-    """Changes the options of pools made from now on (call before the first allocation; pools
-    that exist keep theirs). Keys: byte_cap (bytes, None: no cap), headroom (bytes left free on
-    the device), small_size_threshold, max_cached_bytes (None: no limit), decay_ms (free pages
-    unused this long go back; 0: never), address_range_bytes, immediate_release (bool),
-    growth_slack (how far held memory may pass peak in use before the pool moves free pages
-    instead of making new ones; 0.01 by default, larger trades memory for fewer driver calls)."""
+    """Sets the options pools are made with; call it before the first allocation (a pool keeps the
+    options it was made with, so once one exists this raises InvalidArgumentError, a ValueError).
+    Keys: byte_cap (bytes, None: no cap), headroom (bytes left free on the device),
+    small_size_threshold, max_cached_bytes (None: no limit), decay_ms (free pages unused this long
+    go back; 0: never), address_range_bytes, immediate_release (bool), growth_slack (how far held
+    memory may pass peak in use before the pool moves free pages instead of making new ones; 0.01
+    by default, larger trades memory for fewer driver calls). Byte counts are ints from 0 up:
+    anything else raises TypeError or InvalidArgumentError naming the option, and sets nothing."""
     options = get_pool_options()
     unknown = set(changes) - set(options)
     if unknown:
         raise TypeError(f"unknown pool options: {', '.join(sorted(unknown))}; "
                         f"known: {', '.join(sorted(options))}")
     options.update(changes)
+    fn = "set_pool_options"
     raw = _library.CPoolOptions(struct_size=ctypes.sizeof(_library.CPoolOptions))
-    raw.byte_cap = _NO_LIMIT if options["byte_cap"] is None else int(options["byte_cap"])
-    raw.headroom = int(options["headroom"])
-    raw.small_size_threshold = int(options["small_size_threshold"])
-    raw.max_cached_bytes = (_NO_LIMIT if options["max_cached_bytes"] is None
-                            else int(options["max_cached_bytes"]))
-    raw.decay_milliseconds = int(options["decay_ms"])
-    raw.address_range_bytes = int(options["address_range_bytes"])
+    byte_cap = _arguments.byte_count(fn, "byte_cap", options["byte_cap"], allow_none=True)
+    raw.byte_cap = _NO_LIMIT if byte_cap is None else byte_cap
+    raw.headroom = _arguments.byte_count(fn, "headroom", options["headroom"])
+    raw.small_size_threshold = _arguments.byte_count(fn, "small_size_threshold",
+                                                     options["small_size_threshold"])
+    max_cached = _arguments.byte_count(fn, "max_cached_bytes", options["max_cached_bytes"],
+                                       allow_none=True)
+    raw.max_cached_bytes = _NO_LIMIT if max_cached is None else max_cached
+    raw.decay_milliseconds = _arguments.integer(fn, "decay_ms", options["decay_ms"],
+                                                what="a number of milliseconds")
+    raw.address_range_bytes = _arguments.byte_count(fn, "address_range_bytes",
+                                                    options["address_range_bytes"])
+    if not isinstance(options["immediate_release"], bool):
+        raise TypeError(f"tidepool.{fn}: immediate_release must be True or False, not "
+                        f"{options['immediate_release']!r}")
     raw.immediate_release = 1 if options["immediate_release"] else 0
-    raw.growth_slack = float(options["growth_slack"])
+    raw.growth_slack = _arguments.real(fn, "growth_slack", options["growth_slack"])
     _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))

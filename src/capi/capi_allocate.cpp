@@ -46,7 +46,7 @@ tidepool_status tidepool_record_stream(void* ptr, int device, tidepool_stream_t 
   using namespace tidepool::detail;
   return guarded([&] {
     if (ptr == nullptr) throw_null_argument("tidepool_record_stream", "ptr");
-    pool_holding(ptr, device).record_stream(ptr, stream);
+    pool_holding(ptr, device, "record_stream").record_stream(ptr, stream);
   });
 }
 

@@ -1,14 +1,61 @@
 // The entry points the frameworks load: PyTorch's CUDAPluggableAllocator (alloc and free with a
-// stream) and CuPy's CFunctionAllocator (malloc and free without one). They cannot return a
-// status, so a failure returns NULL (or nothing) and keeps the status and message for
-// tidepool_last_status() and tidepool_last_error(). PyTorch never checks, so its failures are also
-// printed; CuPy's malloc is checked by the Python package, which raises instead.
+// stream) and CuPy's CFunctionAllocator (malloc and free without one).
+//
+// PyTorch never checks the pointer its alloc function returns: a NULL becomes a tensor over
+// address 0 and a crash later. So tidepool_torch_alloc throws instead, as PyTorch's own allocator
+// does from the same call site (c10::OutOfMemoryError from CUDACachingAllocator's malloc): the
+// exception unwinds through PyTorch's C++ and reaches Python as a RuntimeError the program can
+// catch, and the allocation is simply not made. The out-of-memory message starts with PyTorch's
+// own words, "CUDA out of memory.", which code written for PyTorch's allocator looks for (the type
+// torch.OutOfMemoryError itself can only come from a c10::OutOfMemoryError, which this library
+// cannot make without linking libtorch). CuPy's malloc returns NULL on failure (CuPy calls it from
+// Cython, which no C++ exception may cross); the Python package checks it and raises CuPy's
+// OutOfMemoryError. Every failure also keeps its status and message for tidepool_last_status()
+// and tidepool_last_error().
+#include <exception>
+#include <string>
+
+#include <fmt/format.h>
+
 #include "capi/allocation_streams.hpp"
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
 #include "capi/thread_streams.hpp"
 #include "tidepool/c_api.h"
+#include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
+
+namespace tidepool::detail {
+namespace {
+
+// "1.50 GiB", as PyTorch writes sizes in its own out-of-memory message.
+std::string torch_size_text(std::size_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  unsigned unit = 0;
+  while (value >= 1024.0 && unit + 1 < std::size(units)) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} bytes", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+// tidepool::out_of_memory with the message PyTorch's allocator would give first, then tidepool's
+// report. Still a tidepool::out_of_memory and a std::bad_alloc for a C++ caller.
+class torch_out_of_memory final : public out_of_memory {
+ public:
+  explicit torch_out_of_memory(const out_of_memory& cause)
+      : out_of_memory(cause.report()),
+        message_(fmt::format("CUDA out of memory. Tried to allocate {}. {}",
+                             torch_size_text(cause.report().requested_bytes), cause.what())) {}
+  [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+}  // namespace
+}  // namespace tidepool::detail
 
 extern "C" {
 
@@ -16,10 +63,16 @@ void* tidepool_torch_alloc(size_t size, int device, tidepool_stream_t stream) {
   using namespace tidepool::detail;
   // PyTorch asks for empty tensors too; a null data pointer is what it expects for them.
   if (size == 0) return nullptr;
-  void* ptr = nullptr;
-  const auto status = guarded([&] { ptr = tidepool::device_pool(device).allocate(size, stream); });
-  if (status != TIDEPOOL_SUCCESS) print_last_error();
-  return ptr;
+  try {
+    return tidepool::device_pool(device).allocate(size, stream);
+  } catch (const tidepool::out_of_memory& e) {
+    fail(TIDEPOOL_OUT_OF_MEMORY, e.what());
+    throw torch_out_of_memory(e);
+  } catch (...) {
+    // Keeps the status and message as guarded() would, then lets the exception go to PyTorch.
+    (void)guarded([] { throw; });
+    throw;
+  }
 }
 
 void tidepool_torch_free(void* ptr, size_t size, int device, tidepool_stream_t stream) {

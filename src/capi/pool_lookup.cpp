@@ -1,4 +1,5 @@
-// Finding the pool behind a device number or a pointer, for the C API.
+// Finding the pool behind a device number or a pointer, for the C API, and naming what a pointer
+// that no pool holds live is: freed already (a double free), or never tidepool's.
 #include "capi/pool_lookup.hpp"
 
 #include <fmt/format.h>
@@ -9,6 +10,31 @@
 #include "tidepool/process.hpp"
 
 namespace tidepool::detail {
+namespace {
+
+[[noreturn]] void throw_double_free(const char* operation, const void* ptr, int device) {
+  throw error(error_code::double_free,
+              fmt::format("tidepool: {} of {}: double free: it was freed already (no allocation of the pool of "
+                          "device {} starts there now)",
+                          operation, ptr, device));
+}
+
+// The device whose pool has `ptr` in free memory (a pointer freed already), else -1. Asked only
+// once no pool holds `ptr` live, so it costs nothing on the way of a good free. allocation_size()
+// changes nothing; its error code says what the address is to that pool.
+int device_where_freed(const void* ptr) {
+  for (pool* p : existing_pools()) {
+    if (p == nullptr) continue;
+    try {
+      (void)p->allocation_size(ptr);
+    } catch (const error& e) {
+      if (e.code() == error_code::double_free) return p->device();
+    }
+  }
+  return -1;
+}
+
+}  // namespace
 
 void check_device_exists(int device) {
   const int count = default_driver()->device_count();
@@ -18,9 +44,10 @@ void check_device_exists(int device) {
   }
 }
 
-pool& pool_holding(const void* ptr, int device) {
+pool& pool_holding(const void* ptr, int device, const char* operation) {
   if (device == TIDEPOOL_ANY_DEVICE) {
     if (pool* owner = find_owning_pool(ptr)) return *owner;
+    if (const int freed_on = device_where_freed(ptr); freed_on >= 0) throw_double_free(operation, ptr, freed_on);
     throw error(error_code::invalid_pointer,
                 fmt::format("pointer {} was not allocated by tidepool on any device", ptr));
   }
@@ -33,7 +60,14 @@ pool& pool_holding(const void* ptr, int device) {
 
 void deallocate_on(void* ptr, int device, stream_t stream) {
   if (ptr == nullptr) return;
-  pool_holding(ptr, device).deallocate(ptr, stream);
+  pool& p = pool_holding(ptr, device, "deallocate");
+  try {
+    p.deallocate(ptr, stream);
+  } catch (const error& e) {
+    // The pool says "not allocated now (already freed?)": say it as the C API's callers expect.
+    if (e.code() == error_code::double_free) throw_double_free("deallocate", ptr, p.device());
+    throw;
+  }
 }
 
 }  // namespace tidepool::detail

@@ -10,10 +10,12 @@ namespace tidepool::detail {
 void check_device_exists(int device);
 
 /// The existing pool that must hold `ptr`: the one of `device`, or whichever owns it when device
-/// is TIDEPOOL_ANY_DEVICE. Throws tidepool::error (invalid_pointer, invalid_device) otherwise.
-pool& pool_holding(const void* ptr, int device);
+/// is TIDEPOOL_ANY_DEVICE. Throws tidepool::error otherwise: double_free (naming `operation`) for
+/// a pointer that a pool has in free memory, else invalid_pointer or invalid_device.
+pool& pool_holding(const void* ptr, int device, const char* operation);
 
-/// Frees `ptr` (a no-op for nullptr) into the pool that holds it.
+/// Frees `ptr` (a no-op for nullptr) into the pool that holds it; a pointer freed already is a
+/// double_free error, whichever device was named.
 void deallocate_on(void* ptr, int device, stream_t stream);
 
 }  // namespace tidepool::detail

@@ -101,8 +101,16 @@ sim_config sim_config_from_environment() {
 std::shared_ptr<driver> driver_from_environment() {
   const auto device = environment("TIDEPOOL_DEVICE");
   if (device == "sim") return std::make_shared<sim_driver>(sim_config_from_environment());
-  if (device.empty() || device == "cuda") return make_cuda_driver();
-  bad_variable("TIDEPOOL_DEVICE", device, "'sim' or 'cuda'");
+  if (device == "cuda") return make_cuda_driver();
+  if (!device.empty()) bad_variable("TIDEPOOL_DEVICE", device, "'sim' or 'cuda'");
+  try {
+    return make_cuda_driver();
+  } catch (const error& e) {
+    // Nobody asked for CUDA by name: say how to run without a GPU.
+    if (e.code() != error_code::unavailable) throw;
+    throw error(error_code::unavailable,
+                fmt::format("{}; to run without a GPU, set TIDEPOOL_DEVICE=sim (the simulated GPU)", e.what()));
+  }
 }
 
 }  // namespace detail

@@ -1,5 +1,6 @@
 // One pool per device, made on first use: device_pool(), existing_pools(), the default options,
 // and the lock-free lookups the C API's fast path uses.
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -101,6 +102,21 @@ std::vector<pool*> existing_pools() {
 void set_default_pool_options(const pool_options& options) {
   auto& state = detail::process();
   std::lock_guard lock(state.mutex);
+  // A pool keeps the options it was made with, so options set later would silently apply to
+  // nothing a program already uses: refuse, naming the pools that exist.
+  if (auto* table = state.table.load(std::memory_order_acquire)) {
+    std::string devices;
+    for (int d = 0; d < table->device_count; ++d) {
+      if (table->slots[d].load(std::memory_order_acquire) == nullptr) continue;
+      devices += fmt::format("{}{}", devices.empty() ? "" : ", ", d);
+    }
+    if (!devices.empty()) {
+      throw error(error_code::invalid_argument,
+                  fmt::format("tidepool: pool options must be set before the first allocation: the pool of "
+                              "device(s) {} exists already and keeps the options it was made with",
+                              devices));
+    }
+  }
   state.options = options;
 }
 

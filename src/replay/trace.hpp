@@ -6,6 +6,7 @@
 // against an allocator (replay_engine.hpp).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -44,15 +45,30 @@ struct trace {
   std::vector<trace_event> events;
 };
 
+/// The allocations of a trace whose sizes fall in (previous class's upper_bytes, upper_bytes].
+struct size_class {
+  std::size_t upper_bytes = 0;  ///< SIZE_MAX for the last class
+  std::size_t allocations = 0;
+  std::size_t bytes = 0;
+};
+
 /// Figures of a trace that need no allocator: what the program itself had live.
 struct trace_summary {
+  std::size_t rows = 0;
   std::size_t allocations = 0;
   std::size_t frees = 0;
   std::size_t failures = 0;
   std::size_t peak_live_bytes = 0;
+  std::size_t peak_live_allocations = 0;  ///< allocations live at the moment of peak_live_bytes
   std::size_t live_bytes_at_end = 0;      ///< bytes never freed by the end of the trace
   std::size_t live_allocations_at_end = 0;
   std::size_t streams = 0;                ///< distinct streams seen
+  std::size_t threads = 0;                ///< distinct threads seen
+  std::size_t allocated_bytes = 0;        ///< all allocations together
+  std::size_t smallest_allocation = 0;    ///< 0 when there is none
+  std::size_t largest_allocation = 0;
+  /// Allocations by size: up to 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB, 4 GiB, and larger.
+  std::array<size_class, 7> sizes{};
 };
 
 /// Computes the summary of a trace (which the reader has already checked for consistency).

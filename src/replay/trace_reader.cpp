@@ -5,7 +5,9 @@
 #include <zlib.h>
 
 #include <array>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
@@ -86,10 +88,19 @@ bool parse_time(std::string_view text, std::int64_t& out_us) {
 
 }  // namespace
 
-trace_reader::trace_reader(const std::filesystem::path& path) : path_(path) {
-  file_ = gzopen(path.c_str(), "rb");
+trace_reader::trace_reader(const std::filesystem::path& path, std::size_t largest_allocation)
+    : path_(path), largest_allocation_(largest_allocation) {
+  errno = 0;
+  // open(2) takes a directory, and reading it fails later: say so here, as for any other file
+  // that cannot be opened.
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) errno = EISDIR;
+  file_ = errno == 0 ? gzopen(path.c_str(), "rb") : nullptr;
   if (file_ == nullptr) {
-    throw error(error_code::invalid_argument, fmt::format("{}: cannot open the trace", path.string()));
+    // gzopen fails on open(2) (errno says why) or when zlib has no memory (errno 0).
+    throw error(error_code::invalid_argument,
+                fmt::format("{}: cannot open the trace: {}", path.string(),
+                            errno != 0 ? std::strerror(errno) : "out of memory"));
   }
   gzbuffer(static_cast<gzFile>(file_), 1u << 16);
   try {
@@ -121,7 +132,9 @@ bool trace_reader::read_line(std::string& out) {
   const char* message = gzerror(f, &zerr);
   if (zerr != Z_OK && zerr != Z_STREAM_END) {
     ++line_;
-    fail(fmt::format("cannot decompress ({})", message));
+    // Z_ERRNO: reading failed (an I/O error), and errno says why.
+    fail(zerr == Z_ERRNO ? fmt::format("cannot read the trace: {}", std::strerror(errno))
+                         : fmt::format("cannot decompress ({})", message));
   }
   if (out.empty()) return false;
   ++line_;
@@ -170,6 +183,10 @@ bool trace_reader::next(trace_event& event) {
   switch (e.action) {
     case trace_action::allocate: {
       if (e.size == 0) fail("allocation of 0 bytes");
+      if (e.size > largest_allocation_) {
+        fail(fmt::format("allocation of {} bytes is larger than the device it is replayed on ({} bytes)", e.size,
+                         largest_allocation_));
+      }
       const auto [it, inserted] = live_.try_emplace(e.pointer, e.size);
       if (!inserted) fail(fmt::format("allocation of pointer {:#x}, which is already live", e.pointer));
       break;
@@ -187,10 +204,10 @@ bool trace_reader::next(trace_event& event) {
   return true;
 }
 
-trace read_trace(const std::filesystem::path& path) {
+trace read_trace(const std::filesystem::path& path, std::size_t largest_allocation) {
   trace t;
   t.name = path.filename().string();
-  trace_reader reader(path);
+  trace_reader reader(path, largest_allocation);
   trace_event e;
   while (reader.next(e)) t.events.push_back(e);
   return t;

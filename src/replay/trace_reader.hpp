@@ -3,8 +3,9 @@
 // The reader checks every row as it goes and stops at the first bad one with a tidepool::error
 // (code invalid_argument) whose message names the file and line: a wrong header, a wrong number
 // of fields, a number that does not parse, an unknown action, a free of a pointer that is not
-// live, or an allocation of a pointer that is already live. A trace that reads without error is
-// therefore consistent, and the replay engine can trust it.
+// live, an allocation of a pointer that is already live, or one larger than the caller's device.
+// A trace that reads without error is therefore consistent, and the replay engine can trust it.
+// A file that cannot be opened or read is an error that says why (the system's reason).
 #pragma once
 
 #include <filesystem>
@@ -19,8 +20,11 @@ namespace tidepool::replay {
 /// Streams the rows of one log file. Gzip input is recognised by its content, not its name.
 class trace_reader {
  public:
-  /// Opens `path`, reads and checks the header. Throws tidepool::error if it cannot.
-  explicit trace_reader(const std::filesystem::path& path);
+  /// Opens `path`, reads and checks the header. Throws tidepool::error if it cannot. An
+  /// allocation row of more than `largest_allocation` bytes (the capacity of the device it will be
+  /// replayed on) is a bad row.
+  explicit trace_reader(const std::filesystem::path& path,
+                        std::size_t largest_allocation = static_cast<std::size_t>(-1));
   ~trace_reader();
   trace_reader(const trace_reader&) = delete;
   trace_reader& operator=(const trace_reader&) = delete;
@@ -39,10 +43,12 @@ class trace_reader {
   std::filesystem::path path_;
   void* file_ = nullptr;  // gzFile, kept opaque so zlib.h stays out of this header
   std::size_t line_ = 0;
+  std::size_t largest_allocation_;
   std::unordered_map<std::uintptr_t, std::size_t> live_;  // pointer -> size, to check frees
 };
 
-/// Reads a whole log into memory (name = the file name).
-[[nodiscard]] trace read_trace(const std::filesystem::path& path);
+/// Reads a whole log into memory (name = the file name); `largest_allocation` as above.
+[[nodiscard]] trace read_trace(const std::filesystem::path& path,
+                               std::size_t largest_allocation = static_cast<std::size_t>(-1));
 
 }  // namespace tidepool::replay

@@ -3,6 +3,8 @@
 // CFunctionAllocator (malloc and free with a param and no stream: the thread's current stream).
 #include <gtest/gtest.h>
 
+#include <new>
+#include <string>
 #include <thread>
 
 #include "process/process_fixture.hpp"
@@ -42,8 +44,41 @@ TEST_F(CApiFrameworks, TorchAllocAndFreeAsPyTorchCallsThem) {
   free(ptr, 5 * MiB, 1, stream);
   EXPECT_EQ(device_pool(1).stats().live_allocations, 0u);
   EXPECT_EQ(existing_pools()[0], nullptr);
-  EXPECT_EQ(alloc(1024, 5, stream), nullptr);  // a failure is NULL, with the reason kept
+  // A failure throws (PyTorch would use a NULL as memory) and keeps the reason.
+  EXPECT_THROW((void)alloc(1024, 5, stream), error);
+  EXPECT_EQ(tidepool_last_status(), TIDEPOOL_INVALID_DEVICE);
   EXPECT_NE(std::string(tidepool_last_error()).find("device 5"), std::string::npos);
+}
+
+TEST_F(CApiFrameworks, TorchOutOfMemoryThrowsWhatPyTorchsAllocatorWouldAndLosesNothing) {
+  auto& sim = use_small_sim();
+  sim.set_capacity_limit(0, 256 * MiB);
+  const torch_alloc_fn alloc = &tidepool_torch_alloc;
+  const torch_free_fn free = &tidepool_torch_free;
+  void* weights = alloc(64 * MiB, 0, nullptr);
+  ASSERT_NE(weights, nullptr);
+  // A batch too large: PyTorch turns the exception into a Python RuntimeError (it catches
+  // std::exception); the text starts as its own allocator's does.
+  try {
+    (void)alloc(512 * MiB, 0, nullptr);
+    FAIL() << "512 MiB fitted under a 256 MiB limit";
+  } catch (const std::bad_alloc& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("CUDA out of memory. Tried to allocate 512.00 MiB. tidepool: out of memory on device 0", 0),
+              0u)
+        << what;
+    const auto* report = dynamic_cast<const out_of_memory*>(&e);
+    ASSERT_NE(report, nullptr);
+    EXPECT_EQ(report->report().requested_bytes, 512 * MiB);
+  }
+  EXPECT_EQ(tidepool_last_status(), TIDEPOOL_OUT_OF_MEMORY);
+  // Nothing was lost: the weights are still live, and a smaller batch fits.
+  EXPECT_TRUE(device_pool(0).owns(weights));
+  void* batch = alloc(128 * MiB, 0, nullptr);
+  ASSERT_NE(batch, nullptr);
+  free(batch, 128 * MiB, 0, nullptr);
+  free(weights, 64 * MiB, 0, nullptr);
+  EXPECT_EQ(device_pool(0).stats().live_allocations, 0u);
 }
 
 TEST_F(CApiFrameworks, CupyMallocAndFreeAsCupyCallsThem) {

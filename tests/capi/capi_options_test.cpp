@@ -82,6 +82,51 @@ TEST_F(CApiOptions, BadOptionsAreRefusedAndChangeNothing) {
   EXPECT_EQ(tidepool_get_default_pool_options(nullptr), TIDEPOOL_INVALID_ARGUMENT);
 }
 
+TEST_F(CApiOptions, ByteCountsPastTwoToThe63AreRefusedAsNegative) {
+  use_small_sim();
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  const tidepool_pool_options_t defaults = options;
+  const std::int64_t minus_five = -5;
+  options.headroom = static_cast<std::uint64_t>(minus_five);  // what a C caller's -5 becomes
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("headroom is 18446744073709551611 bytes (-5 as a signed"),
+            std::string::npos)
+      << tidepool_last_error();
+  options = defaults;
+  options.byte_cap = std::uint64_t{1} << 63;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("byte_cap is"), std::string::npos);
+  options = defaults;
+  options.max_cached_bytes = UINT64_MAX - 1;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("max_cached_bytes is"), std::string::npos);
+  // Nothing changed; "no limit" (UINT64_MAX) and the largest count are still accepted.
+  EXPECT_EQ(detail::default_pool_options().headroom, 0u);
+  options = defaults;
+  options.byte_cap = UINT64_MAX;
+  options.headroom = (std::uint64_t{1} << 63) - 1;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiOptions, OptionsSetOnceAPoolExistsAreRefusedNamingThePool) {
+  use_small_sim(3);
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(MiB, 2, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  options.byte_cap = 64 * MiB;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("before the first allocation: the pool of device(s) 2 exists"),
+            std::string::npos)
+      << tidepool_last_error();
+  EXPECT_EQ(detail::default_pool_options().byte_cap, SIZE_MAX);  // unchanged, for every pool made later too
+  EXPECT_EQ(device_pool(0).options().byte_cap, SIZE_MAX);
+  EXPECT_EQ(tidepool_deallocate(ptr, 2, nullptr), TIDEPOOL_SUCCESS);
+}
+
 TEST_F(CApiOptions, LastStatusSaysWhatANullMeant) {
   auto& sim = use_small_sim();
   sim.set_capacity_limit(0, 64 * MiB);

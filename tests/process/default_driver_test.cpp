@@ -82,6 +82,18 @@ TEST_F(DefaultDriver, CudaUnlessSimIsAsked) {
       FAIL() << "no CUDA driver here (" << reason << "), yet one was made";
     } catch (const error& e) {
       EXPECT_EQ(e.code(), error_code::unavailable);
+      // The reason, and what a program without a GPU can do instead.
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("set TIDEPOOL_DEVICE=sim"), std::string::npos) << e.what();
+    }
+    // Asked for by name, CUDA is what the program gets, or the plain reason it cannot.
+    set("TIDEPOOL_DEVICE", "cuda");
+    detail::reset_process_for_testing();
+    try {
+      (void)default_driver();
+      FAIL() << "no CUDA driver here, yet one was made";
+    } catch (const error& e) {
+      EXPECT_EQ(std::string(e.what()), reason);
     }
     // Without a driver nothing was opened, so there is nothing to release.
     EXPECT_EQ(release_cached_memory(), 0u);

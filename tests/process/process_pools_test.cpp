@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -83,6 +84,21 @@ TEST_F(ProcessPools, DefaultOptionsApplyToPoolsMadeAfterwards) {
   set_default_pool_options(options);
   EXPECT_EQ(device_pool(1).options().byte_cap, 256 * MiB);
   EXPECT_EQ(device_pool(1).options().headroom, 64 * MiB);
+}
+
+TEST_F(ProcessPools, OptionsSetOnceAPoolExistsAreRefused) {
+  use_small_sim(2);
+  (void)device_pool(1);
+  pool_options options;
+  options.byte_cap = 256 * MiB;
+  try {
+    set_default_pool_options(options);
+    FAIL() << "options were taken while the pool of device 1 keeps its own";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("device(s) 1 exists"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(device_pool(0).options().byte_cap, SIZE_MAX);  // pools made later get the old options
 }
 
 }  // namespace

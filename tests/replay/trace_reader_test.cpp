@@ -2,6 +2,7 @@
 // error names the file and the line.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 #include "replay/trace_reader.hpp"
@@ -108,12 +109,33 @@ TEST(TraceReader, RejectsACorruptGzipFile) {
   EXPECT_THROW((void)read_trace(file.path()), error);
 }
 
-TEST(TraceReader, NamesAMissingFile) {
+// The message of the error read_trace(path) throws, or "" if it reads.
+std::string path_error(const std::filesystem::path& path) {
   try {
-    (void)read_trace("/nonexistent/trace.csv");
-    FAIL() << "no error";
+    (void)read_trace(path);
   } catch (const error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/trace.csv: cannot open"), std::string::npos);
+    return e.what();
+  }
+  return {};
+}
+
+TEST(TraceReader, SaysWhyAFileCannotBeOpenedOrRead) {
+  EXPECT_EQ(path_error("/nonexistent/trace.csv"), "/nonexistent/trace.csv: cannot open the trace: No such file or directory");
+  const std::filesystem::path folder = std::filesystem::temp_directory_path();
+  EXPECT_EQ(path_error(folder), folder.string() + ": cannot open the trace: Is a directory");
+}
+
+TEST(TraceReader, RefusesAnAllocationLargerThanTheDeviceNamingItsLine) {
+  temp_file file(".csv");
+  file.write(header + "0,0.0,allocate,0x1,1024,0x0\n\n0,0.0,allocate,0x2,4096,0x0\n");
+  EXPECT_EQ(read_trace(file.path(), 4096).events.size(), 2u);  // exactly the device fits
+  try {
+    (void)read_trace(file.path(), 4095);
+    FAIL() << "a 4096-byte allocation was read for a 4095-byte device";
+  } catch (const error& e) {
+    EXPECT_EQ(std::string(e.what()), file.path().string() +
+                                         ":4: allocation of 4096 bytes is larger than the device it is "
+                                         "replayed on (4095 bytes)");
   }
 }
 

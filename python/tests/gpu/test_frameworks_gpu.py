@@ -69,3 +69,28 @@ def test_retention_workload(framework):
     assert routed["peak_ratio"] <= 1.02
     assert routed["peak_ratio"] < default["peak_ratio"]
     assert routed["held_after"] <= routed["live_after"] * 1.02 + 64 * MiB
+
+
+def test_torch_out_of_memory_is_caught_and_training_finishes_at_a_smaller_batch():
+    require("torch")
+    r = run_workload("oom_recovery.py", "torch")
+    assert r["errors"], "the first batch fitted under the cap: nothing was tested"
+    for error in r["errors"]:
+        assert error["type"] == "RuntimeError"  # what PyTorch makes of the allocator's exception
+        assert error["message"].startswith("CUDA out of memory. Tried to allocate ")
+        assert "tidepool: out of memory on device 0" in error["message"]
+    assert all(s == [0, 0] for s in r["stranded"])  # a failed step leaves nothing allocated
+    assert r["batch"] < r["errors"][0]["batch"]
+    assert len(r["losses"]) == 6 and r["finite"]
+
+
+def test_cupy_out_of_memory_is_cupys_error_and_the_work_finishes_in_smaller_chunks():
+    require("cupy")
+    r = run_workload("oom_recovery.py", "cupy")
+    assert r["errors"], "2 GiB fitted under a 1 GiB cap: nothing was tested"
+    for error in r["errors"]:
+        assert error["type"] == "OutOfMemoryError"  # cupy.cuda.memory.OutOfMemoryError
+        assert error["cause"] == "OutOfMemoryError"  # tidepool.OutOfMemoryError, with the report
+    assert all(s == [0, 0] for s in r["stranded"])
+    assert r["sum"] == r["expected"] and r["kept_ok"]
+    assert r["chunk_bytes"] < r["cap"]
