@@ -185,11 +185,13 @@ class pool_impl {
   std::uint64_t deallocations_ = 0;
   std::uint64_t recoveries_ = 0;
   std::uint64_t free_sequence_ = 0;
-  // Coarse time in milliseconds since the pool began, advanced every few operations when a decay
-  // is set (0 otherwise): blocks remember it when freed.
+  // Coarse time in milliseconds on the decay clock (release_policy::clock) since the pool's first
+  // operation, read on it and every 64th after it when a decay is set (0 otherwise): blocks
+  // remember it when freed.
   std::uint64_t tick_ = 0;
   std::uint64_t last_decay_check_ = 0;
-  unsigned operations_since_clock_ = 0;
+  std::uint64_t clock_origin_ = 0;  // the clock's reading at the first operation
+  std::uint64_t operations_since_clock_ = 0;
   std::size_t trim_floor_ = 0;  // max_cached_bytes: do not trim again until cached passes this
 };
 
