@@ -61,7 +61,7 @@ struct pool_options {
   /// elsewhere in the pool are unmapped and moved under the request first (stealing: no more
   /// memory held, but about 60 us of driver calls per 2 MiB handle). 0 steals on every miss
   /// (tightest); larger values trade held memory for fewer driver calls. The default keeps peak
-  /// held / peak live within 1.02 on the bundled traces (measured in src/core/growth.cpp). Must be >= 0.
+  /// held / peak live within 1.02 on the bundled traces (docs/RESULTS.md). Must be >= 0.
   /// The budget adapts: once the bytes stolen since in-use memory last set a peak exceed half
   /// that peak (a workload that keeps stealing without growing: a random mix, the first steps of
   /// a training loop), it widens by 0.02, doubling each time, up to 0.5 more; release() narrows
