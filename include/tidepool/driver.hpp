@@ -94,6 +94,12 @@ struct TIDEPOOL_API driver_call_counts {
   driver_call_counts& operator-=(const driver_call_counts& other) noexcept;
 };
 
+/// What the two calls behind one mem_map took, in microseconds.
+struct mem_map_times {
+  double map_us = -1.0;         ///< cuMemMap
+  double set_access_us = -1.0;  ///< cuMemSetAccess (0 when the map failed before it)
+};
+
 /// Memory of one device as the driver sees it.
 struct device_memory_info {
   std::size_t total = 0;  ///< capacity of the device
@@ -171,6 +177,11 @@ class TIDEPOOL_API driver {
 
   /// Calls made so far through this driver, by every user of it.
   [[nodiscard]] virtual driver_call_counts call_counts() const = 0;
+
+  /// The measured times of the calling thread's latest mem_map through this driver (cuda), so a
+  /// pool can count map and set access apart; negative where nothing is measured (sim models its
+  /// costs: modelled_cost_us).
+  [[nodiscard]] virtual mem_map_times last_mem_map_times() const { return {}; }
 
   /// The modelled cost in microseconds of one `call` on `bytes` (sim), or a negative number
   /// where costs are real and must be timed (cuda). Lets a pool account its own calls' time

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "tidepool/driver.hpp"
@@ -38,6 +39,9 @@ struct release_policy {
   std::size_t max_cached_bytes = static_cast<std::size_t>(-1);
   /// Free handles unused for this long go back (checked on allocate/deallocate); 0 = never.
   std::chrono::milliseconds decay{0};
+  /// The clock `decay` is measured on; empty: std::chrono::steady_clock::now. Read on the first
+  /// allocate or deallocate and every 64th after it (tests pass a clock of their own).
+  std::function<std::chrono::steady_clock::time_point()> clock{};
   /// Hand free handles back as soon as they are free (slow; for debugging and tight sharing).
   bool immediate = false;
 };

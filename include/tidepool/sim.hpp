@@ -27,7 +27,8 @@ struct sim_config {
   std::size_t granularity = std::size_t{2} << 20;
   /// Devices on which this process already holds a context at start.
   std::vector<int> devices_with_context = {};
-  /// Device memory a context costs when opened (550 MiB on an H200; 0 by default).
+  /// Device memory a context costs when opened (about half a GiB on an H200, docs/RESULTS.md;
+  /// 0 by default).
   std::size_t context_bytes = 0;
   bool virtual_memory = true;
   /// Back mapped memory with host memory, so tests can write and read blocks (small devices only).

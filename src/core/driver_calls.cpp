@@ -9,13 +9,20 @@ driver_status driver_calls::mem_map(device_address address, std::size_t size, ph
     add(driver_call::mem_set_access, driver_.modelled_cost_us(driver_call::mem_set_access, size));
     return driver_.mem_map(device_, address, size, handle);
   }
-  // Measured: the whole of map + access is timed once and split in the ratio of the H200 figures
-  // (1.6 us map, 36.5 us access at 2 MiB), since one driver call does both.
+  // Measured: the driver times cuMemMap and cuMemSetAccess each on its own and tells this
+  // thread's figures for the call just made.
   const auto start = std::chrono::steady_clock::now();
   const driver_status status = driver_.mem_map(device_, address, size, handle);
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  add(driver_call::mem_map, us * (1.6 / 38.1));
-  add(driver_call::mem_set_access, us * (36.5 / 38.1));
+  const double whole_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const mem_map_times times = driver_.last_mem_map_times();
+  if (times.map_us >= 0.0 && times.set_access_us >= 0.0) {
+    add(driver_call::mem_map, times.map_us);
+    add(driver_call::mem_set_access, times.set_access_us);
+  } else {
+    // A driver that neither models nor splits its calls: the whole call is the map's time.
+    add(driver_call::mem_map, whole_us);
+    add(driver_call::mem_set_access, 0.0);
+  }
   return status;
 }
 

@@ -2,8 +2,9 @@
 // driver_call_counts, so one pool's figures are its own even when pools of several devices (or a
 // baseline allocator in a replay) share one driver.
 //
-// Time per call: the driver's modelled cost when it has one (sim: the H200 measurements of
-// DESIGN 2a), else the measured wall time of the call (cuda).
+// Time per call: the driver's modelled cost when it has one (sim: device/sim/cost_model.cpp),
+// else the measured wall time of the call (cuda); for mem_map, which is two driver calls, the
+// driver's own measurement of each (driver::last_mem_map_times).
 #pragma once
 
 #include <chrono>

@@ -1,9 +1,13 @@
-// pool_impl: the pool of one device. It owns the four arenas, the page table, the map of live
-// allocations, the streams and the figures, all under one lock.
+// pool_impl: the pool of one device. It owns the six arenas (small, medium and huge, each for
+// scratch and for persistent requests), the page table, the map of live allocations, the streams
+// and the figures, all under one lock.
 //
 // Fast paths (allocate/deallocate of cached memory) are inline here: validate, take the lock,
 // find the stream (cached), take or give back a block in its arena, update the map and the
-// figures. No driver call, no heap allocation in the steady state. Everything else lives in:
+// figures. No heap allocation in the steady state, and no driver call in the common case; but a
+// take() from a huge arena remaps a large handle that the new block's edge would cut
+// (placement.cpp), and with an automatic release policy (pool_options::release) an operation may
+// hand free handles back (after_operation). Everything else lives in:
 //   pool_impl.cpp        construction, tear-down, record_stream, queries, stats, bad input
 //   growth.cpp           mapping stolen or new handles under a request that the cache cannot serve
 //   release_policy.cpp   events that make frees safe for every stream, release, automatic release
@@ -173,11 +177,13 @@ class pool_impl {
   std::uint64_t deallocations_ = 0;
   std::uint64_t recoveries_ = 0;
   std::uint64_t free_sequence_ = 0;
-  // Coarse time in milliseconds since the pool began, advanced every few operations when a decay
-  // is set (0 otherwise): blocks remember it when freed.
+  // Coarse time in milliseconds on the decay clock (release_policy::clock) since the pool's first
+  // operation, read on it and every 64th after it when a decay is set (0 otherwise): blocks
+  // remember it when freed.
   std::uint64_t tick_ = 0;
   std::uint64_t last_decay_check_ = 0;
-  unsigned operations_since_clock_ = 0;
+  std::uint64_t clock_origin_ = 0;  // the clock's reading at the first operation
+  std::uint64_t operations_since_clock_ = 0;
   std::size_t trim_floor_ = 0;  // max_cached_bytes: do not trim again until cached passes this
 };
 

@@ -23,10 +23,11 @@ constexpr std::size_t everything = std::numeric_limits<std::size_t>::max();
 // How many operations pass between two looks at the clock when a decay is set.
 constexpr unsigned operations_per_clock_read = 64;
 
-std::uint64_t milliseconds_now() {
-  static const auto start = std::chrono::steady_clock::now();
+// Milliseconds on the policy's clock.
+std::uint64_t milliseconds_now(const release_policy& policy) {
+  const auto now = policy.clock ? policy.clock() : std::chrono::steady_clock::now();
   return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count());
 }
 }  // namespace
 
@@ -160,9 +161,11 @@ std::size_t pool_impl::release() {
 
 void pool_impl::after_operation(bool freed) {
   const release_policy& policy = options_.release;
-  if (policy.decay.count() > 0 && ++operations_since_clock_ >= operations_per_clock_read) {
-    operations_since_clock_ = 0;
-    tick_ = milliseconds_now();
+  if (policy.decay.count() > 0 && operations_since_clock_++ % operations_per_clock_read == 0) {
+    // Ticks count from the first operation, so what it freed (tick 0) is as old as it really is.
+    const std::uint64_t now = milliseconds_now(policy);
+    if (operations_since_clock_ == 1) clock_origin_ = now;
+    tick_ = now > clock_origin_ ? now - clock_origin_ : 0;
     const auto decay = static_cast<std::uint64_t>(policy.decay.count());
     if (tick_ >= last_decay_check_ + std::max<std::uint64_t>(decay / 4, 1) && tick_ >= decay) {
       last_decay_check_ = tick_;

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "replay/exact_allocator.hpp"
 #include "tidepool/errors.hpp"
 
 namespace tidepool::replay {
@@ -19,7 +18,7 @@ cupy_allocator::cupy_allocator(std::shared_ptr<driver> drv, int device)
     : driver_(std::move(drv)), device_(device) {}
 
 cupy_allocator::~cupy_allocator() {
-  for (const auto& [base, bytes] : allocations_) (void)driver_->mem_free(device_, base);
+  for (const auto& [base, size] : allocations_) (void)driver_->mem_free(device_, base);
 }
 
 std::optional<device_address> cupy_allocator::allocate(std::size_t bytes, stream_t stream) {
@@ -61,17 +60,16 @@ cupy_allocator::chunk* cupy_allocator::get_chunk(std::size_t size, stream_t stre
 
 // _try_malloc(): a new allocation of exactly `size`; on out-of-memory, free_all_blocks() and retry.
 cupy_allocator::chunk* cupy_allocator::try_malloc(std::size_t size, stream_t stream) {
-  const std::size_t footprint = cuda_malloc_footprint(size);
   device_address address = 0;
-  driver_status status = driver_->mem_alloc(device_, footprint, &address);
+  driver_status status = driver_->mem_alloc(device_, size, &address);
   if (status == driver_status::out_of_memory) {
     release();
-    status = driver_->mem_alloc(device_, footprint, &address);
+    status = driver_->mem_alloc(device_, size, &address);
   }
   if (status == driver_status::out_of_memory) return nullptr;
   if (status != driver_status::success) detail::throw_driver_failure(name(), driver_call::mem_alloc, status);
-  allocations_.emplace(address, footprint);
-  held_ += footprint;
+  allocations_.emplace(address, size);
+  held_.add(address, size);
   chunk* c = nodes_.make();
   c->address = address;
   c->size = size;
@@ -119,8 +117,9 @@ std::size_t cupy_allocator::release() {
       const driver_status status = driver_->mem_free(device_, c->base);
       if (status != driver_status::success) detail::throw_driver_failure(name(), driver_call::mem_free, status);
       const auto allocation = allocations_.find(c->base);
-      held_ -= allocation->second;
-      released += allocation->second;
+      const std::size_t held_before = held_.held();
+      held_.remove(c->base, allocation->second);
+      released += held_before - held_.held();
       allocations_.erase(allocation);
       free_chunks.erase(c);
       nodes_.recycle(c);

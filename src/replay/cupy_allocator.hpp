@@ -8,8 +8,8 @@
 // free, a chunk merges with free neighbours of the same allocation (_Chunk.merge);
 // free_all_blocks() frees only chunks that are a whole allocation (no prev, no next).
 // Modelled choice: within a bin CuPy pops an arbitrary element of a Python set; here the lowest
-// address. Each cudaMalloc asks the driver for cuda_malloc_footprint(size), what a cudaMalloc of
-// that size holds on an H200. Left out: memory limits, hooks, the gc.collect() retry.
+// address. What the cudaMalloc'd allocations hold is counted by the H200's rule
+// (cuda_malloc_count, exact_allocator.hpp). Left out: memory limits, hooks, the gc.collect() retry.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +18,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "replay/exact_allocator.hpp"
 #include "replay/node_pool.hpp"
 #include "replay/replay_allocator.hpp"
 
@@ -55,7 +56,7 @@ class cupy_allocator final : public replay_allocator {
   void deallocate(device_address address, std::size_t bytes, stream_t stream) override;
   /// free_all_blocks().
   std::size_t release() override;
-  [[nodiscard]] std::size_t held_bytes() const noexcept override { return held_; }
+  [[nodiscard]] std::size_t held_bytes() const noexcept override { return held_.held(); }
 
  private:
   using chunk = detail::cupy_chunk;
@@ -68,9 +69,9 @@ class cupy_allocator final : public replay_allocator {
   int device_;
   std::map<stream_t, arena> arenas_;
   std::unordered_map<device_address, chunk*> in_use_;
-  std::unordered_map<device_address, std::size_t> allocations_;  // base -> driver bytes
+  std::unordered_map<device_address, std::size_t> allocations_;  // base -> bytes asked of the driver
   detail::node_pool<chunk> nodes_;
-  std::size_t held_ = 0;
+  cuda_malloc_count held_;
 };
 
 }  // namespace tidepool::replay

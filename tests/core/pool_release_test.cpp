@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <memory>
-#include <thread>
 
 #include "pool_checker.hpp"
 
@@ -60,22 +59,52 @@ TEST(PoolRelease, MaxCachedBytes) {
   }
 }
 
-TEST(PoolRelease, Decay) {
+// Decay on a clock the test moves: a free handle goes back once it has been idle for `decay`, not
+// before, whatever the clock read when the pool began.
+TEST(PoolRelease, DecayHandsBackWhatStayedIdleForTheDecayTime) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  using clock = std::chrono::steady_clock;
+  auto now = clock::time_point{} + std::chrono::hours(5);  // the program has run for a while
+  pool_options options;
+  options.release.decay = std::chrono::milliseconds(1000);
+  options.release.clock = [&now] { return now; };
+  options.growth_slack = 1.0;  // small pages are new, not stolen from the idle 16 MiB
+  pool p(sim, 0, options);
+  // Pairs of small operations keep the pool busy (the clock is read every 64 operations).
+  auto keep_busy = [&p] {
+    for (int i = 0; i < 200; ++i) p.deallocate(p.allocate(4096));
+  };
+  void* x = p.allocate(16 * MiB);
+  p.deallocate(x);
+  keep_busy();
+  EXPECT_EQ(p.stats().mapped_bytes, 16 * MiB + 2 * MiB) << "just freed: kept";
+  now += std::chrono::milliseconds(999);
+  keep_busy();
+  EXPECT_EQ(p.stats().mapped_bytes, 16 * MiB + 2 * MiB) << "idle 999 ms, decay 1000 ms: kept";
+  // Checks are at least decay / 4 apart: by decay * 1.25 the idle handles have gone back.
+  now += std::chrono::milliseconds(251);
+  keep_busy();
+  EXPECT_EQ(p.stats().mapped_bytes, 2 * MiB) << "idle 1250 ms: gone; the small page, in use just now, stays";
+  EXPECT_EQ(sim->physical_bytes(0), 2 * MiB) << "the driver agrees";
+  EXPECT_EQ(p.stats().released_bytes, 16 * MiB);
+  // The small page goes too once it has been idle as long, while 8 MiB blocks keep the pool busy.
+  now += std::chrono::milliseconds(1250);
+  for (int i = 0; i < 100; ++i) p.deallocate(p.allocate(8 * MiB));
+  EXPECT_EQ(p.stats().released_bytes, 16 * MiB + 2 * MiB);
+  EXPECT_EQ(p.stats().mapped_bytes, 8 * MiB) << "the 8 MiB block, freed just now, stays";
+  EXPECT_EQ(sim->physical_bytes(0), 8 * MiB);
+}
+
+TEST(PoolRelease, DecayWithoutAClockUsesTheSteadyClock) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
   pool_options options;
-  options.release.decay = std::chrono::milliseconds(5);
+  options.release.decay = std::chrono::hours(1);
+  options.growth_slack = 1.0;
   pool p(sim, 0, options);
   void* x = p.allocate(16 * MiB);
   p.deallocate(x);
-  EXPECT_EQ(p.stats().mapped_bytes, 16 * MiB);
-  // Keep using the pool (small blocks) well past the decay time: the idle 16 MiB go back.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (std::chrono::steady_clock::now() < until && p.stats().mapped_bytes > 2 * MiB) {
-    void* s = p.allocate(4096);
-    p.deallocate(s);
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
-  EXPECT_LE(p.stats().mapped_bytes, 2 * MiB);
+  for (int i = 0; i < 200; ++i) p.deallocate(p.allocate(4096));
+  EXPECT_EQ(p.stats().mapped_bytes, 16 * MiB + 2 * MiB) << "an hour has not passed";
 }
 
 TEST(PoolRelease, DriverFiguresAreThePoolsOwn) {

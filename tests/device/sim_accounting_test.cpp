@@ -2,6 +2,8 @@
 // map, unmap and release; other processes; context memory; plain allocations.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "device/sim_test_support.hpp"
 
 namespace tidepool::test {
@@ -91,7 +93,7 @@ TEST(SimAccounting, ContextMemoryIsHeldOnceAContextIsOpen) {
   EXPECT_FALSE(sim.has_context(2));
 }
 
-TEST(SimAccounting, PlainAllocationsHoldTheirSizeRoundedTo512Bytes) {
+TEST(SimAccounting, PlainAllocationsHoldWhatCudaMallocHoldsOnTheH200) {
   sim_driver sim(small_machine());
   device_address a = 0;
   device_address b = 0;
@@ -99,15 +101,59 @@ TEST(SimAccounting, PlainAllocationsHoldTheirSizeRoundedTo512Bytes) {
   ASSERT_EQ(sim.mem_alloc(0, 3 * mib, &b), driver_status::success);
   EXPECT_NE(a, 0u);
   EXPECT_EQ(a % 512, 0u);
-  EXPECT_GE(b, a + 1024) << "plain allocations do not overlap";
-  EXPECT_EQ(sim.physical_bytes(0), 1024 + 3 * mib);
+  EXPECT_EQ(b % (2 * mib), 0u);
+  EXPECT_TRUE(b >= a + 2 * mib || a >= b + 4 * mib) << "plain allocations do not overlap";
+  EXPECT_EQ(sim.physical_bytes(0), 2 * mib + 4 * mib) << "a 2 MiB page for 1000 B, 3 MiB in whole pages";
   EXPECT_EQ(sim.mapped_bytes(0), 0u);
   ASSERT_EQ(sim.mem_free(0, a), driver_status::success);
-  EXPECT_EQ(sim.physical_bytes(0), 3 * mib);
+  EXPECT_EQ(sim.physical_bytes(0), 4 * mib);
   EXPECT_EQ(sim.mem_free(0, a), driver_status::invalid_value) << "double free";
   EXPECT_EQ(sim.mem_free(0, b + 512), driver_status::invalid_value) << "interior pointer";
   ASSERT_EQ(sim.mem_free(0, b), driver_status::success);
   EXPECT_EQ(sim.physical_bytes(0), 0u);
+}
+
+TEST(SimAccounting, SmallPlainAllocationsSharePagesUntilTheLastOneGoes) {
+  sim_driver sim(small_machine());
+  // 600 KiB: floor(2 MiB / 600 KiB) = 3 to a page, in slots that never overlap.
+  std::vector<device_address> first_page(3);
+  for (device_address& a : first_page) ASSERT_EQ(sim.mem_alloc(0, 600 * 1024, &a), driver_status::success);
+  EXPECT_EQ(sim.physical_bytes(0), 2 * mib);
+  for (std::size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(first_page[i] / (2 * mib), first_page[0] / (2 * mib)) << "one page";
+    EXPECT_GE(first_page[i], first_page[i - 1] + 600 * 1024) << "slots do not overlap";
+  }
+  device_address fourth = 0;
+  ASSERT_EQ(sim.mem_alloc(0, 600 * 1024, &fourth), driver_status::success);
+  EXPECT_EQ(sim.physical_bytes(0), 4 * mib) << "the page was full";
+  device_address tiny = 0;
+  ASSERT_EQ(sim.mem_alloc(0, 512, &tiny), driver_status::success);
+  EXPECT_EQ(sim.physical_bytes(0), 6 * mib) << "4096 to a page: not with the 600 KiB ones";
+  ASSERT_EQ(sim.mem_free(0, first_page[0]), driver_status::success);
+  ASSERT_EQ(sim.mem_free(0, first_page[1]), driver_status::success);
+  EXPECT_EQ(sim.physical_bytes(0), 6 * mib) << "held while one allocation in it lives";
+  ASSERT_EQ(sim.mem_free(0, first_page[2]), driver_status::success);
+  EXPECT_EQ(sim.physical_bytes(0), 4 * mib);
+  ASSERT_EQ(sim.mem_free(0, fourth), driver_status::success);
+  ASSERT_EQ(sim.mem_free(0, tiny), driver_status::success);
+  EXPECT_EQ(sim.physical_bytes(0), 0u);
+  const driver_call_counts counts = sim.call_counts();
+  EXPECT_EQ(counts.of(driver_call::mem_alloc), 5u);
+  EXPECT_EQ(counts.of(driver_call::mem_free), 5u);
+}
+
+TEST(SimAccounting, ANewSharedPageNeedsRoomForAWholePage) {
+  sim_driver sim(small_machine());
+  sim.set_capacity_limit(0, 3 * mib);
+  device_address big = 0;
+  ASSERT_EQ(sim.mem_alloc(0, 2 * mib, &big), driver_status::success);
+  device_address small = 0;
+  EXPECT_EQ(sim.mem_alloc(0, 512, &small), driver_status::out_of_memory) << "1 MiB left, a page is 2 MiB";
+  ASSERT_EQ(sim.mem_free(0, big), driver_status::success);
+  ASSERT_EQ(sim.mem_alloc(0, 512, &small), driver_status::success);
+  device_address second = 0;
+  ASSERT_EQ(sim.mem_alloc(0, 512, &second), driver_status::success) << "the open page has room";
+  EXPECT_EQ(sim.physical_bytes(0), 2 * mib);
 }
 
 TEST(SimAccounting, DevicesHaveDisjointAddressRegionsAndSeparateAccounts) {

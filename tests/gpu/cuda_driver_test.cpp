@@ -1,7 +1,7 @@
 // cuda_driver_test.cpp: the cuda driver on a real GPU: pages through the virtual memory API hold
-// the bytes written to them, plain allocations, streams and events, has_context that opens
-// nothing, NVML's per-process figure following cuMemCreate, trimming the async pools, and the
-// statuses of failed calls. Skipped where no GPU is present.
+// the bytes written to them, a map's two calls timed apart, plain allocations, streams and events,
+// has_context that opens nothing, NVML's per-process figure following cuMemCreate, trimming the
+// async pools, and the statuses of failed calls. Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -104,6 +104,45 @@ TEST(CudaDriver, PagesHoldWhatIsWrittenToThem) {
   EXPECT_EQ(used.of(driver_call::mem_release), 3u);
   EXPECT_EQ(used.of(driver_call::address_free), 1u);
   EXPECT_GT(used.us_of(driver_call::mem_create), 0.0);
+}
+
+TEST(CudaDriver, MemMapTimesItsTwoCallsApart) {
+  TIDEPOOL_REQUIRE_GPU();
+  auto drv = make_cuda_driver();
+  gpu_test::make_current(*drv);
+  const std::size_t page = drv->granularity(0);
+  device_address base = 0;
+  ASSERT_EQ(drv->address_reserve(0, 8 * page, page, &base), driver_status::success);
+  std::vector<physical_handle> handles(8);
+  const driver_call_counts start = drv->call_counts();
+  double map_us = 0;
+  double access_us = 0;
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    ASSERT_EQ(drv->mem_create(0, page, &handles[i]), driver_status::success);
+    ASSERT_EQ(drv->mem_map(0, base + i * page, page, handles[i]), driver_status::success);
+    const mem_map_times times = drv->last_mem_map_times();
+    EXPECT_GT(times.map_us, 0.0);
+    EXPECT_GT(times.set_access_us, 0.0);
+    map_us += times.map_us;
+    access_us += times.set_access_us;
+  }
+  driver_call_counts used = drv->call_counts();
+  used -= start;
+  // The figures of each call are the driver's own count of cuMemMap and cuMemSetAccess.
+  EXPECT_NEAR(map_us, used.us_of(driver_call::mem_map), 1e-6 * used.us_of(driver_call::mem_map) + 1e-3);
+  EXPECT_NEAR(access_us, used.us_of(driver_call::mem_set_access),
+              1e-6 * used.us_of(driver_call::mem_set_access) + 1e-3);
+  std::printf("[figure] mem_map of a %zu MiB handle, mean of %zu: cuMemMap %.1f us, cuMemSetAccess %.1f us\n",
+              page / MiB, handles.size(), map_us / static_cast<double>(handles.size()),
+              access_us / static_cast<double>(handles.size()));
+  // A refused map: cuMemMap fails, cuMemSetAccess is never reached.
+  EXPECT_NE(drv->mem_map(0, base, page, handles[1]), driver_status::success);
+  EXPECT_EQ(drv->last_mem_map_times().set_access_us, 0.0);
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    EXPECT_EQ(drv->mem_unmap(0, base + i * page, page), driver_status::success);
+    EXPECT_EQ(drv->mem_release(0, handles[i]), driver_status::success);
+  }
+  EXPECT_EQ(drv->address_free(0, base, 8 * page), driver_status::success);
 }
 
 TEST(CudaDriver, FailedCallsReportTheirStatus) {

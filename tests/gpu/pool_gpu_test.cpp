@@ -1,9 +1,9 @@
 // pool_gpu_test.cpp: tidepool::pool on a real GPU, with the process's memory read from NVML:
 // live blocks never share bytes; the retention workload of DESIGN 1.1 at full scale (peak held /
 // peak live <= 1.02, and after release held <= live rounded up to 2 MiB pages); release()
-// returns exactly what NVML sees handed back; no memory unmapped while queued work uses it; out
-// of memory across pools (the cudaMallocAsync pool, a program's reclaim hook). Skipped where no
-// GPU is present.
+// returns exactly what NVML sees handed back; the pool's map and set-access times are the
+// driver's measurements; no memory unmapped while queued work uses it; out of memory across pools
+// (the cudaMallocAsync pool, a program's reclaim hook). Skipped where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -250,6 +250,33 @@ TEST(PoolOnGpu, ReleaseReturnsExactlyWhatNvmlSees) {
   for (std::size_t i = 1; i < blocks.size(); i += 2) p.deallocate(blocks[i]);
   const std::size_t rest = p.release();
   EXPECT_EQ(nvml_used(*drv), start) << "everything went back: " << rest << " bytes in the second release";
+}
+
+// The pool's own driver figures for map and set access are the driver's measurements of those
+// calls, each on its own (not one timing split in a fixed ratio).
+TEST(PoolOnGpu, CountsMapAndSetAccessTimesAsTheDriverMeasuredThem) {
+  TIDEPOOL_REQUIRE_GPU();
+  auto drv = make_cuda_driver();
+  const driver_call_counts start = drv->call_counts();
+  {
+    pool p(drv, 0);
+    std::vector<void*> blocks;
+    for (std::size_t bytes : {KiB, 3 * MiB, 40 * MiB, 300 * MiB}) blocks.push_back(p.allocate(bytes));
+    for (void* b : blocks) p.deallocate(b);
+    p.release();
+    driver_call_counts used = drv->call_counts();
+    used -= start;
+    const driver_call_counts mine = p.stats().driver;
+    for (driver_call c : {driver_call::mem_map, driver_call::mem_set_access}) {
+      SCOPED_TRACE(std::string(to_string(c)));
+      EXPECT_GT(mine.of(c), 0u);
+      EXPECT_EQ(mine.of(c), used.of(c)) << "this test is the driver's only user";
+      EXPECT_NEAR(mine.us_of(c), used.us_of(c), 1e-6 * used.us_of(c) + 1e-3);
+    }
+    std::printf("[figure] pool's maps: %llu, cuMemMap %.1f us, cuMemSetAccess %.1f us in all\n",
+                static_cast<unsigned long long>(mine.of(driver_call::mem_map)), mine.us_of(driver_call::mem_map),
+                mine.us_of(driver_call::mem_set_access));
+  }
 }
 
 // cuMemUnmap does not wait for the GPU (DESIGN 2a), so the pool must: work queued on a stream

@@ -1,7 +1,6 @@
 // The `cupy` baseline (CuPy's MemoryPool): exact-size driver allocations, any split, coalescing,
 // and free_all_blocks() releasing only chunks that are whole allocations.
 #include "baseline_fixture.hpp"
-#include "replay/exact_allocator.hpp"
 
 namespace tidepool::replay::testing {
 namespace {
@@ -9,8 +8,21 @@ namespace {
 TEST(CupyAllocator, AllocatesTheRoundedSizeFromTheDriver) {
   baseline b("cupy");
   (void)b.alloc(100 * MiB + 1);
-  EXPECT_EQ(b.held(), cuda_malloc_footprint(100 * MiB + 512));
-  EXPECT_EQ(b.held(), 102 * MiB);
+  EXPECT_EQ(b.held(), 102 * MiB) << "100 MiB + 512 B asked, in whole 2 MiB pages";
+}
+
+TEST(CupyAllocator, SmallAllocationsShareTheDriversPages) {
+  baseline b("cupy");
+  const auto a = b.alloc(36 * KiB);
+  const auto c = b.alloc(36 * KiB);  // nothing free to split: a second cudaMalloc, the same page
+  EXPECT_EQ(b.held(), 2 * MiB);
+  b.free(a, 36 * KiB);
+  EXPECT_EQ(b.allocator->release(), 0u) << "a's cudaFree leaves the page to c";
+  EXPECT_EQ(b.held(), 2 * MiB);
+  b.free(c, 36 * KiB);
+  EXPECT_EQ(b.allocator->release(), 2 * MiB);
+  EXPECT_EQ(b.held(), 0u);
+  EXPECT_EQ(b.sim->call_counts().of(driver_call::mem_free), 2u);
 }
 
 TEST(CupyAllocator, ASmallArrayCarvedFromAFreedLargeChunkKeepsItHeld) {

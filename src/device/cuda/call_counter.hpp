@@ -13,17 +13,17 @@ namespace tidepool::detail {
 
 class call_counter {
  public:
-  /// Runs `call` (returning a CUresult or anything else), counting it as one `kind`.
+  /// Runs `call` (returning a CUresult or anything else), counting it as one `kind`; the time it
+  /// took goes to `*elapsed_us` too when given.
   template <class Call>
-  auto timed(driver_call kind, Call&& call) {
+  auto timed(driver_call kind, Call&& call, double* elapsed_us = nullptr) {
     const auto start = std::chrono::steady_clock::now();
     auto result = call();
-    const auto elapsed = std::chrono::steady_clock::now() - start;
+    const auto elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
     const auto k = static_cast<std::size_t>(kind);
     calls_[k].fetch_add(1, std::memory_order_relaxed);
-    nanoseconds_[k].fetch_add(
-        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
-        std::memory_order_relaxed);
+    nanoseconds_[k].fetch_add(static_cast<std::uint64_t>(elapsed.count()), std::memory_order_relaxed);
+    if (elapsed_us != nullptr) *elapsed_us = static_cast<double>(elapsed.count()) / 1000.0;
     return result;
   }
 

@@ -41,6 +41,14 @@ CUdeviceptr to_cu(device_address address) { return static_cast<CUdeviceptr>(addr
 CUstream to_cu(stream_t stream) { return reinterpret_cast<CUstream>(stream); }
 CUevent to_cu(event_t event) { return reinterpret_cast<CUevent>(event); }
 
+// The calling thread's latest mem_map: the driver that made it and what its two calls took
+// (last_mem_map_times). Per thread, so pools on other threads never see each other's times.
+struct latest_mem_map {
+  const cuda_driver* by = nullptr;
+  mem_map_times times;
+};
+thread_local latest_mem_map latest_map;
+
 bool is_special_stream(stream_t stream) {
   const auto raw = reinterpret_cast<CUstream>(stream);
   return raw == nullptr || raw == CU_STREAM_LEGACY || raw == CU_STREAM_PER_THREAD;
@@ -126,14 +134,14 @@ CUcontext cuda_driver::primary_context(int device) const {
 }
 
 template <class Call>
-driver_status cuda_driver::in_context(int device, driver_call kind, Call&& call) {
+driver_status cuda_driver::in_context(int device, driver_call kind, Call&& call, double* elapsed_us) {
   if (!valid(device)) return driver_status::invalid_value;
   CUcontext context = nullptr;
   if (const CUresult result = ensure_context(device, &context); result != CUDA_SUCCESS) {
     return to_driver_status(result);
   }
   const context_guard guard(api_, context);
-  return to_driver_status(counter_.timed(kind, call));
+  return to_driver_status(counter_.timed(kind, call, elapsed_us));
 }
 
 bool cuda_driver::supports_virtual_memory(int device) { return valid(device) && state(device).virtual_memory; }
@@ -174,16 +182,29 @@ driver_status cuda_driver::mem_release(int device, physical_handle handle) {
 
 driver_status cuda_driver::mem_map(int device, device_address address, std::size_t size,
                                    physical_handle handle) {
-  const driver_status mapped = in_context(device, driver_call::mem_map, [&] {
-    return api_.cuMemMap(to_cu(address), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0);
-  });
-  if (mapped != driver_status::success) return mapped;
-  const driver_status access = mem_set_access(device, address, size, device);
-  if (access != driver_status::success) {
+  mem_map_times times{0.0, 0.0};
+  const driver_status mapped = in_context(
+      device, driver_call::mem_map,
+      [&] { return api_.cuMemMap(to_cu(address), size, 0, static_cast<CUmemGenericAllocationHandle>(handle), 0); },
+      &times.map_us);
+  if (mapped != driver_status::success) {
+    latest_map = {this, times};
+    return mapped;
+  }
+  const CUmemAccessDesc access = read_write_on(state(device).handle);
+  const driver_status granted =
+      in_context(device, driver_call::mem_set_access,
+                 [&] { return api_.cuMemSetAccess(to_cu(address), size, &access, 1); }, &times.set_access_us);
+  latest_map = {this, times};
+  if (granted != driver_status::success) {
     // Leave nothing half done: a mapping nobody may access would only leak address space.
     in_context(device, driver_call::mem_unmap, [&] { return api_.cuMemUnmap(to_cu(address), size); });
   }
-  return access;
+  return granted;
+}
+
+mem_map_times cuda_driver::last_mem_map_times() const {
+  return latest_map.by == this ? latest_map.times : mem_map_times{0.0, 0.0};
 }
 
 driver_status cuda_driver::mem_set_access(int device, device_address address, std::size_t size,
@@ -320,7 +341,8 @@ driver_status cuda_driver::device_synchronize(int device) {
 
 std::size_t cuda_driver::trim_async_pools(int device) {
   // Memory parked in a stream-ordered pool needs a context; without one there is nothing to trim,
-  // and opening one (550 MiB) to find that out is what this layer must never do.
+  // and opening one (about half a GiB of device memory) to find that out is what this layer must
+  // never do.
   if (!valid(device) || !has_context(device)) return 0;
   const CUdevice handle = state(device).handle;
   CUmemoryPool pools[2] = {nullptr, nullptr};

@@ -62,6 +62,7 @@ class cuda_driver final : public driver {
   std::size_t trim_async_pools(int device) override;
 
   [[nodiscard]] driver_call_counts call_counts() const override { return counter_.snapshot(); }
+  [[nodiscard]] mem_map_times last_mem_map_times() const override;
 
   /// The primary context of `device`, retained by open_context (nullptr until then).
   [[nodiscard]] CUcontext primary_context(int device) const;
@@ -83,9 +84,10 @@ class cuda_driver final : public driver {
   device_state& state(int device) { return *devices_[static_cast<std::size_t>(device)]; }
   // The primary context of `device`, retained on first need (memory calls need a context).
   CUresult ensure_context(int device, CUcontext* out);
-  // Runs `call` with `device`'s primary context current, counted as `kind`.
+  // Runs `call` with `device`'s primary context current, counted as `kind` (its time also to
+  // `*elapsed_us` when given).
   template <class Call>
-  driver_status in_context(int device, driver_call kind, Call&& call);
+  driver_status in_context(int device, driver_call kind, Call&& call, double* elapsed_us = nullptr);
 
   const cuda_api& api_;
   std::vector<std::unique_ptr<device_state>> devices_;

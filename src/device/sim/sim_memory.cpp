@@ -1,11 +1,16 @@
 // The memory calls of the simulated GPU: virtual ranges, physical handles, mapping and access, and
 // plain allocations. Each call is counted (failed ones too) at its modelled cost, checked against
 // the rules the CUDA driver enforces, and then applied to the exact accounting of its device.
+// Plain allocations hold what cuMemAlloc holds on the H200 (cuda_malloc_rule.hpp): up to 1 MiB in
+// 2 MiB pages shared with allocations that fit the same number to a page, above it whole pages.
 #include <algorithm>
 #include <iterator>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "device/sim/cost_model.hpp"
+#include "device/sim/cuda_malloc_rule.hpp"
 #include "device/sim/host_backing.hpp"
 #include "device/sim/sim_state.hpp"
 #include "tidepool/sim.hpp"
@@ -17,11 +22,40 @@ using detail::sim_device;
 using detail::sim_mapping;
 using mapping_iterator = std::map<device_address, sim_mapping>::iterator;
 
-// cudaMalloc is modelled as holding the request rounded up to 512 B (the replay's `exact`
-// baseline applies the rounding measured on the H200 itself).
-constexpr std::size_t plain_allocation_rounding = 512;
+// Pages taken for plain allocations: where they are, and the host memory behind them.
+struct plain_pages {
+  device_address address = 0;
+  std::size_t host_bytes = 0;
+};
 
-std::size_t round_up(std::size_t value, std::size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+// `bytes` of whole 2 MiB pages for mem_alloc, counted as held; nullopt when the device has no room.
+// cudaMalloc was seen (driver 580) to reclaim the stream-ordered pools before failing.
+std::optional<plain_pages> new_pages(detail::sim_state& state, sim_device& target, std::size_t bytes) {
+  if (!state.fits(target, bytes) && target.async_pool_bytes > 0) target.async_pool_bytes = 0;
+  if (!state.fits(target, bytes)) return std::nullopt;
+  plain_pages pages;
+  if (state.config.back_with_host_memory) {
+    pages.address = detail::host_allocate(bytes);
+    if (pages.address == 0) return std::nullopt;
+    pages.host_bytes = detail::host_page_round(bytes);
+  } else {
+    const auto taken = target.addresses.take(bytes, detail::cuda_malloc_page);
+    if (!taken) return std::nullopt;
+    pages.address = *taken;
+  }
+  target.allocation_bytes += bytes;
+  return pages;
+}
+
+void give_back_pages(detail::sim_state& state, sim_device& target, device_address address, std::size_t bytes,
+                     std::size_t host_bytes) {
+  if (state.config.back_with_host_memory) {
+    detail::host_release_range(address, host_bytes);
+  } else {
+    target.addresses.give_back(address);
+  }
+  target.allocation_bytes -= bytes;
+}
 
 // The mappings that cover [address, address + size) exactly, one after another with no gap and
 // none cut; empty when the range is not such a run of whole mappings.
@@ -255,26 +289,40 @@ driver_status sim_driver::mem_alloc(int device, std::size_t size, device_address
   const auto status = state.begin_call(driver_call::mem_alloc, detail::sim_call_cost_us(driver_call::mem_alloc, size),
                                        device, detail::call_needs::context);
   if (status != driver_status::success) return status;
-  if (out == nullptr || size == 0 || size + plain_allocation_rounding < size) return driver_status::invalid_value;
+  if (out == nullptr || size == 0 || size + detail::cuda_malloc_page < size) return driver_status::invalid_value;
   sim_device& target = state.devices[static_cast<std::size_t>(device)];
-  const std::size_t held = round_up(size, plain_allocation_rounding);
-  // cudaMalloc was seen (driver 580) to reclaim the stream-ordered pools before failing.
-  if (!state.fits(target, held) && target.async_pool_bytes > 0) target.async_pool_bytes = 0;
-  if (!state.fits(target, held)) return driver_status::out_of_memory;
-  device_address address = 0;
-  std::size_t host_bytes = 0;
-  if (state.config.back_with_host_memory) {
-    address = detail::host_allocate(held);
-    if (address == 0) return driver_status::out_of_memory;
-    host_bytes = detail::host_page_round(held);
-  } else {
-    const auto taken = target.addresses.take(held, plain_allocation_rounding);
-    if (!taken) return driver_status::out_of_memory;
-    address = *taken;
+  if (detail::cuda_malloc_shares_pages(size)) {
+    const std::size_t per_page = detail::cuda_malloc_per_page(size);
+    std::set<device_address>& open = target.open_shared_pages[per_page];
+    if (open.empty()) {
+      const auto page = new_pages(state, target, detail::cuda_malloc_page);
+      if (!page) return driver_status::out_of_memory;
+      detail::sim_shared_page shared;
+      shared.per_page = per_page;
+      // The slots lie at multiples of 512 B: floor(2 MiB / per_page) rounded down to 512 is at
+      // least the rounded size, since per_page = floor(2 MiB / rounded size).
+      shared.stride = detail::cuda_malloc_page / per_page / detail::cuda_malloc_alignment * detail::cuda_malloc_alignment;
+      shared.free_slots.resize(per_page);
+      for (std::size_t i = 0; i < per_page; ++i) shared.free_slots[i] = static_cast<std::uint32_t>(per_page - 1 - i);
+      shared.host_bytes = page->host_bytes;
+      target.shared_pages.emplace(page->address, std::move(shared));
+      open.insert(page->address);
+    }
+    const device_address page = *open.begin();
+    detail::sim_shared_page& shared = target.shared_pages.at(page);
+    const std::uint32_t slot = shared.free_slots.back();
+    shared.free_slots.pop_back();
+    if (shared.free_slots.empty()) open.erase(page);
+    const device_address address = page + slot * shared.stride;
+    target.allocations.emplace(address, detail::sim_allocation{size, 0, 0, page});
+    *out = address;
+    return driver_status::success;
   }
-  target.allocations.emplace(address, detail::sim_allocation{size, held, host_bytes});
-  target.allocation_bytes += held;
-  *out = address;
+  const auto pages = new_pages(state, target, detail::cuda_malloc_whole_pages(size));
+  if (!pages) return driver_status::out_of_memory;
+  target.allocations.emplace(pages->address,
+                             detail::sim_allocation{size, detail::cuda_malloc_whole_pages(size), pages->host_bytes, 0});
+  *out = pages->address;
   return driver_status::success;
 }
 
@@ -294,13 +342,24 @@ driver_status sim_driver::mem_free(int device, device_address address) {
   if (found == target.allocations.end()) return driver_status::invalid_value;
   // cuMemFree was measured to wait for all queued work of the device, even unrelated work.
   state.now = std::max(state.now, target.busy_until);
-  if (state.config.back_with_host_memory) {
-    detail::host_release_range(address, found->second.host_bytes);
-  } else {
-    target.addresses.give_back(address);
-  }
-  target.allocation_bytes -= found->second.held;
+  const detail::sim_allocation allocation = found->second;
   target.allocations.erase(found);
+  if (allocation.page == 0) {
+    give_back_pages(state, target, address, allocation.held, allocation.host_bytes);
+    return driver_status::success;
+  }
+  // A slot of a shared page: the page goes back with its last allocation.
+  const auto page = target.shared_pages.find(allocation.page);
+  detail::sim_shared_page& shared = page->second;
+  shared.free_slots.push_back(static_cast<std::uint32_t>((address - allocation.page) / shared.stride));
+  std::set<device_address>& open = target.open_shared_pages[shared.per_page];
+  if (shared.free_slots.size() < shared.per_page) {
+    open.insert(allocation.page);
+    return driver_status::success;
+  }
+  open.erase(allocation.page);
+  give_back_pages(state, target, allocation.page, detail::cuda_malloc_page, shared.host_bytes);
+  target.shared_pages.erase(page);
   return driver_status::success;
 }
 

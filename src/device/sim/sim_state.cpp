@@ -32,6 +32,7 @@ sim_state::~sim_state() {
     // Giving back a reservation drops every mapping inside it.
     for (const auto& [address, reservation] : device.reservations) host_release_range(address, reservation.size);
     for (const auto& [address, allocation] : device.allocations) host_release_range(address, allocation.host_bytes);
+    for (const auto& [address, page] : device.shared_pages) host_release_range(address, page.host_bytes);
     for (const auto& [id, handle] : device.handles) host_destroy_memory(handle.memfd);
   }
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -45,8 +46,18 @@ struct sim_mapping {
 /// One plain allocation (mem_alloc).
 struct sim_allocation {
   std::size_t size = 0;
-  std::size_t held = 0;        ///< physical bytes it holds: size rounded up to 512 B
+  std::size_t held = 0;        ///< physical bytes of its own: whole 2 MiB pages, 0 in a shared page
   std::size_t host_bytes = 0;  ///< bytes of host memory behind it (host backing only)
+  device_address page = 0;     ///< the shared page it lies in (0: pages of its own)
+};
+
+/// A 2 MiB page that mem_alloc shares among allocations of up to 1 MiB that fit the same number
+/// to a page (device/sim/cuda_malloc_rule.hpp). Held while any of its slots is in use.
+struct sim_shared_page {
+  std::size_t per_page = 0;               ///< allocations it holds when full
+  std::size_t stride = 0;                 ///< bytes from one slot to the next
+  std::vector<std::uint32_t> free_slots;  ///< slots not in use, the lowest last
+  std::size_t host_bytes = 0;             ///< host backing only
 };
 
 /// Work queued on a stream that touches allocator-owned memory until it completes.
@@ -72,6 +83,9 @@ struct sim_device {
   std::map<device_address, sim_reservation> reservations;
   std::map<device_address, sim_mapping> mappings;
   std::map<device_address, sim_allocation> allocations;
+  std::map<device_address, sim_shared_page> shared_pages;
+  /// Shared pages with a free slot, by allocations per page; the lowest address is filled first.
+  std::map<std::size_t, std::set<device_address>> open_shared_pages;
   std::unordered_map<physical_handle, sim_handle> handles;
   std::unordered_map<stream_t, double> stream_tails;  ///< created streams -> when their work ends
   double default_stream_tail = 0;
