@@ -3,9 +3,9 @@
 //   SameSizePair/<bytes>: allocate + deallocate of one size, over and over (ns_per_op = per call).
 //   RandomMix/slots:<n>/slack_permille:<s>: `n` live allocations of 256 B to 64 MiB (log-uniform);
 //   each iteration frees a random slot and allocates a new random size into it (two calls;
-//   ns_per_op per call), with pool_options::growth_slack = s / 1000: the default (10) steals free
-//   handles on misses until the adaptive budget (src/core/growth.cpp) sees it stealing without a
-//   new peak and widens, a generous one (500) creates new ones and then hits its cache.
+//   ns_per_op per call), with pool_options::growth_slack = s / 1000: a tight budget (10) steals
+//   free handles on misses, the default (100) steals only past 1.1x peak in use, a generous one
+//   (500) creates new ones and then hits its cache.
 //   driver_calls_per_op, driver_us_per_op: the driver calls made on misses (modelled time), per
 //   call; held_over_live: memory held over memory in use at the end.
 // Run: build-*/bench/pool_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -87,8 +87,10 @@ BENCHMARK(SameSizePair)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
 BENCHMARK(RandomMix)
     ->ArgNames({"slots", "slack_permille"})
     ->Args({1000, 10})
+    ->Args({1000, 100})
     ->Args({1000, 500})
     ->Args({10000, 10})
+    ->Args({10000, 100})
     ->Args({10000, 500});
 
 }  // namespace

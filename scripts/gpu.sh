@@ -35,7 +35,10 @@ step bench-vmm "$build/bench/gpu/tidepool_vmm_calls_bench"
 step bench-compare "$build/bench/gpu/tidepool_compare_bench"
 step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
   python3 -m pytest -q -s "$root/python/tests/gpu"
-step replay-cuda "$build/tools/tidepool" replay --device cuda "$root"/traces/*.csv.gz
+# The baselines that make one driver call per request (exact, cupy) take minutes on the recorded
+# training loops on a real GPU; the sim replay (scripts/main.sh) has them.
+step replay-cuda "$build/tools/tidepool" replay --device cuda --passes 2 --allocators tidepool,caching,expandable,async \
+  "$root"/traces/*.csv.gz
 step train-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
   python3 "$root/bench/gpu/train/train_bench.py" --log-dir "$logs"
 step record-traces env PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/train/record_traces.py" --out "$logs/traces"

@@ -36,7 +36,7 @@ def test_growth_slack_round_trips_and_bad_values_are_refused():
             print(e.name)
         print(tidepool.get_pool_options()["growth_slack"])
     """)
-    assert out.strip().splitlines() == ["0.01", "0.5", "TIDEPOOL_INVALID_ARGUMENT", "0.5"]
+    assert out.strip().splitlines() == ["0.1", "0.5", "TIDEPOOL_INVALID_ARGUMENT", "0.5"]
 
 
 def test_unknown_options_are_refused(tp):

@@ -7,8 +7,8 @@
 // segment (a separate arena for the largest requests held 1.19x on GPT-2 where one arena holds
 // 1.07x). Within an arena:
 //  - free blocks with every page mapped sit in a free index per stream slot (slot 0: any stream);
-//    take() and give_back() are the fast path: split, coalesce, no driver call (requests of a
-//    granule or more are placed to touch the fewest granules, placement.cpp);
+//    take() and give_back() are the fast path: split, coalesce, no driver call in the common case
+//    (requests of a granule or more are placed by placement.cpp, which may split a large handle);
 //  - free address space with no page mapped sits in a by-size set, the room growth maps into;
 //  - growth (virtual memory): open_window() picks that room (joined to a free mapped block just
 //    below it, so fewer pages are mapped), the pool maps stolen or new handles there, and

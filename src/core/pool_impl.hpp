@@ -1,11 +1,11 @@
-// pool_impl: the pool of one device. It owns the six arenas (small, medium and huge, each for
-// scratch and for persistent requests), the page table, the map of live allocations, the streams
-// and the figures, all under one lock.
+// pool_impl: the pool of one device. It owns the four arenas (small and large, each for scratch
+// and for persistent requests), the page table, the map of live allocations, the streams and the
+// figures, all under one lock.
 //
 // Fast paths (allocate/deallocate of cached memory) are inline here: validate, take the lock,
 // find the stream (cached), take or give back a block in its arena, update the map and the
 // figures. No heap allocation in the steady state, and no driver call in the common case; but a
-// take() from a huge arena remaps a large handle that the new block's edge would cut
+// take() from a large arena splits a large handle that the new block would pin only a small part of
 // (placement.cpp), and with an automatic release policy (pool_options::release) an operation may
 // hand free handles back (after_operation). Everything else lives in:
 //   pool_impl.cpp        construction, tear-down, record_stream, queries, stats, bad input
