@@ -175,7 +175,10 @@ TIDEPOOL_API tidepool_status tidepool_get_default_pool_options(tidepool_pool_opt
 /** Registers a reclaim hook for every device; *id identifies it for removal. */
 TIDEPOOL_API tidepool_status tidepool_add_reclaim_hook(tidepool_reclaim_fn hook, void* user_data,
                                                        int* id);
-/** Unregisters a hook; an unknown id is TIDEPOOL_INVALID_ARGUMENT. */
+/** Unregisters a hook; an unknown id is TIDEPOOL_INVALID_ARGUMENT. Waits for calls of the hook
+ *  in progress on other threads: once it returns, the hook is not running and is never called
+ *  again, so its user_data may be freed. Called from inside the hook itself, it does not wait for
+ *  that call (user_data must then outlive the call). */
 TIDEPOOL_API tidepool_status tidepool_remove_reclaim_hook(int id);
 
 #ifdef __cplusplus
