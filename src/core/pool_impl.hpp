@@ -162,15 +162,16 @@ class pool_impl {
   [[nodiscard]] static std::uint32_t free_slot(const stream_state& s, std::uint64_t sequence) noexcept {
     return sequence <= s.completed ? 0 : s.slot;
   }
-  /// Records an event on `s` covering its frees up to `watermark` (when it has room for one);
-  /// false if the driver refused (the frees then wait for a later event or a device-wide wait).
-  bool record_event(stream_state& s, std::uint64_t watermark);
+  /// Records an event on `s` covering its frees up to `watermark` when it has room for one (or,
+  /// overwrite_newest, records its newest event again); false if the driver refused (the frees
+  /// then wait for a later event or a device-wide wait).
+  bool record_event(stream_state& s, std::uint64_t watermark, bool overwrite_newest = false);
   /// record_event for an allocation on `s`: a stream that cannot be recorded on is refused.
   void record_or_throw(stream_state& s);
   /// Before a slow path in a call on `s` (alive, then): an event for every free of `s` so far, so
   /// that settling finds them done if `s` is idle.
   void cover_frees(stream_state& s) {
-    if (s.last_free > s.covered) (void)record_event(s, s.last_free);
+    if (s.last_free > s.covered) (void)record_event(s, s.last_free, /*overwrite_newest=*/true);
   }
 
   // release_policy.cpp

@@ -33,21 +33,36 @@ std::uint64_t milliseconds_now() {
 }
 }  // namespace
 
-bool pool_impl::record_event(stream_state& s, std::uint64_t watermark) {
-  s.record_due = false;
-  if (s.retired || s.in_flight >= stream_state::max_events || watermark <= s.covered) return true;
+bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool overwrite_newest) {
+  const bool full = s.in_flight >= stream_state::max_events;
+  if (s.retired || (full && !overwrite_newest) || watermark <= s.covered) {
+    s.record_due = !s.retired && !full;
+    return true;
+  }
+  if (full) {
+    // Recorded again, the newest event covers everything up to now and completes later; the
+    // older one still completes as before, so frees keep moving on.
+    stream_event& newest = s.events[s.in_flight - 1];
+    if (calls_.event_record(newest.event, s.stream) != driver_status::success) return false;
+    newest.watermark = watermark;
+    s.covered = watermark;
+    return true;
+  }
   event_t e = nullptr;
   try {
     e = events_.acquire();
   } catch (const error&) {
+    s.record_due = false;  // until its events settle: its frees wait for those or a device-wide wait
     return false;
   }
   if (calls_.event_record(e, s.stream) != driver_status::success) {
     events_.give_back(e);
+    s.record_due = false;
     return false;
   }
   s.events[s.in_flight++] = stream_event{e, watermark};
   s.covered = watermark;
+  s.record_due = s.in_flight < stream_state::max_events;
   return true;
 }
 
@@ -76,9 +91,9 @@ void pool_impl::settle_stream(stream_state& s) {
   if (s.completed > before) {
     for (auto& a : arenas_) a->make_global(s.slot, s.completed);
   }
-  // A slow path looked for memory: frees of this stream that no event covers get one at the
-  // stream's next call (the first free after its events settled records anyway).
-  s.record_due = !s.retired && s.in_flight < stream_state::max_events && (s.in_flight == 0 || s.last_free > s.covered);
+  // With room for an event again, the stream's next free records one (and its next allocation,
+  // for frees no event covers yet).
+  s.record_due = !s.retired && s.in_flight < stream_state::max_events;
 }
 
 void pool_impl::flush_parked() {

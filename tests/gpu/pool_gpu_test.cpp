@@ -446,8 +446,8 @@ TEST(PoolOnGpu, MissesAfterStreamsWithQueuedWorkWereDestroyed) {
   }
   check(cu().cuCtxSynchronize(), "cuCtxSynchronize");
   EXPECT_EQ(p.stats().live_allocations, 0u);
-  EXPECT_LE(p.stats().streams, 3u) << "the destroyed streams' slots were recycled";
-  EXPECT_GT(p.release(), 0u);
+  EXPECT_GT(p.release(), 0u);  // a device-wide wait: frees no event covered become safe too
+  EXPECT_LE(p.stats().streams, 2u) << "the destroyed streams' slots were recycled";
   EXPECT_EQ(drv->stream_destroy(0, other), driver_status::success);
 }
 
