@@ -14,7 +14,7 @@
 // that announced itself in the few nanoseconds before the store became visible could be missed;
 // so sleeps are bounded (max_sleep) and a missed wake-up costs at most that. The longest driver
 // calls (device-wide waits, trimming the async pools, cuMemFree) run with the lock dropped
-// (unlocked_call.hpp).
+// (unlocked_call.hpp), and release() passes the lock to sleepers between steps of its work.
 #pragma once
 
 #include <linux/futex.h>
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace tidepool::detail {
@@ -43,6 +44,16 @@ class spin_lock {
   void unlock() noexcept {
     held_.store(0, std::memory_order_release);
     if (sleepers_.load(std::memory_order_relaxed) != 0) futex(FUTEX_WAKE_PRIVATE, 1, nullptr);
+  }
+  /// Lets a thread sleeping on the lock have it, if one is, and takes it back: a holder working
+  /// through a long series of steps calls it between them, so a waiter waits for one step only.
+  void pass_to_sleepers() noexcept {
+    if (sleepers_.load(std::memory_order_relaxed) == 0) return;
+    unlock();
+    // The sleeper needs some microseconds to wake: wait until it holds the lock (or a millisecond).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(1000);
+    while (held_.load(std::memory_order_relaxed) == 0 && std::chrono::steady_clock::now() < until) pause();
+    lock();
   }
 
  private:

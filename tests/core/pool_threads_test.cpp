@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/spin_lock.hpp"
-#include "held_call_driver.hpp"
+#include "call_hook_driver.hpp"
 #include "pool_checker.hpp"
 
 namespace tidepool::testing {
