@@ -100,6 +100,13 @@ stream_state& pool_impl::stream_for_free(const block& b, stream_t stream, stream
   // The handle was forgotten (its stream destroyed, then a garbage collector freeing what was
   // allocated there): the free stays with that stream, and no driver call names the handle.
   if (allocated_on.retired && stream_registry::names(allocated_on, stream)) return allocated_on;
+  // Allocated on another thread's per-thread stream, freed on "the per-thread stream" here (a
+  // front end passing the allocation's stream, or a garbage collector on another thread): the
+  // work that used it may be on the first thread's stream, which this thread cannot name, so the
+  // free stays with that stream (record_event names no other thread's stream).
+  if (allocated_on.thread != 0 && reinterpret_cast<std::uintptr_t>(stream) == per_thread_stream_handle) {
+    return allocated_on;
+  }
   if (found != nullptr) return *found;
   return add_stream(stream);
 }

@@ -38,6 +38,9 @@ std::uint64_t milliseconds_now() {
 
 bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool overwrite_newest) {
   const bool full = s.in_flight >= stream_state::max_events;
+  // Another thread's per-thread stream cannot be named from here (CU_STREAM_PER_THREAD is the
+  // caller's own): its frees wait for its own thread's calls or a device-wide wait.
+  if (s.thread != 0 && s.thread != this_thread_key()) return true;
   if (s.retired || (full && !overwrite_newest) || watermark <= s.covered) {
     s.record_due = !s.retired && !full;
     return true;

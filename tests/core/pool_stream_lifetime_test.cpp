@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "pool_checker.hpp"
@@ -164,6 +165,61 @@ TEST(PoolStreamLifetime, SlotsOfStreamsThatHoldNothingAreRecycled) {
   checker.check();
   checker.free(last);
   checker.free(keep);
+}
+
+// A block allocated on one thread's per-thread stream and freed with CU_STREAM_PER_THREAD from
+// another thread (a garbage collector there, or a front end passing the allocation's stream): the
+// work that used it is on the first thread's stream, so the second thread must not reuse it at
+// once, and nothing records on the first thread's stream from the second.
+TEST(PoolStreamLifetime, PerThreadStreamBlockFreedFromAnotherThread) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  void* x = nullptr;
+  std::thread first([&] {
+    x = p.allocate(2 * MiB, per_thread_stream);
+    sim->launch(0, per_thread_stream, 1000.0, reinterpret_cast<device_address>(x), 2 * MiB);
+  });
+  first.join();
+  void* y = nullptr;
+  std::thread second([&] {
+    p.deallocate(x, per_thread_stream);
+    y = p.allocate(2 * MiB, per_thread_stream);
+  });
+  second.join();
+  EXPECT_NE(y, x) << "the freeing thread reused a block the first thread's work still uses";
+  p.deallocate(y, per_thread_stream);
+  const std::size_t held = p.stats().mapped_bytes;
+  EXPECT_EQ(p.release(), held);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
+// A program that allocates on a stream it destroyed (and did not forget) gets a clear error where
+// the pool can tell, and the pool is left as it was.
+TEST(PoolStreamLifetime, AllocationOnADestroyedStreamIsRefused) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  const stream_t s = new_stream(*sim);
+  const stream_t t = new_stream(*sim);
+  void* a = p.allocate(2 * MiB, s);
+  void* b = p.allocate(2 * MiB, s);
+  void* c = p.allocate(2 * MiB, s);
+  for (void* ptr : {a, b, c}) p.deallocate(ptr, s);  // two events, the last free uncovered
+  void* other = p.allocate(64 * MiB, t);             // a miss settles the events
+  ASSERT_EQ(sim->stream_destroy(0, s), driver_status::success);
+  const pool_stats before = p.stats();
+  try {
+    (void)p.allocate(2 * MiB, s);
+    ADD_FAILURE() << "an allocation on a destroyed stream succeeded";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_stream) << e.what();
+    EXPECT_NE(std::string(e.what()).find("destroyed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(p.stats().live_allocations, before.live_allocations);
+  EXPECT_EQ(p.stats().mapped_bytes, before.mapped_bytes);
+  p.forget_stream(s);
+  EXPECT_THROW((void)p.allocate(2 * MiB, s), error) << "a forgotten, destroyed stream is unknown to the driver";
+  p.deallocate(other, t);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
 }  // namespace
