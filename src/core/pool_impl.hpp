@@ -3,7 +3,8 @@
 //
 // Fast paths (allocate/deallocate of cached memory) are inline here: validate, take the lock,
 // find the stream (cached), take or give back a block in its arena, update the map and the
-// figures. No driver call, no heap allocation in the steady state. Everything else lives in:
+// figures. No heap allocation in the steady state, and no driver call but an event recorded on
+// the call's stream when its events have settled (stream_order.hpp). Everything else lives in:
 //   pool_impl.cpp        construction, tear-down, record_stream, queries, stats, bad input
 //   growth.cpp           mapping stolen or new handles under a request that the cache cannot serve
 //   release_policy.cpp   events that make frees safe for every stream, release, automatic release
