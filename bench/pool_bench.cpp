@@ -8,14 +8,26 @@
 //   (500) creates new ones and then hits its cache.
 //   driver_calls_per_op, driver_us_per_op: the driver calls made on misses (modelled time), per
 //   call; held_over_live: memory held over memory in use at the end.
+//   WaitBehindRelease/handles:<n>: one thread hands back a cache of `n` free 2 MiB handles with
+//   release() while another allocates and frees a cached block in a loop; every driver call takes
+//   its modelled time (busy-waited; the device-wide wait 20 ms, standing for queued GPU work).
+//   release_ms: how long release() took; pairs_during_release: the other thread's cached
+//   allocate + deallocate pairs that overlapped it, per release; wait_p99_us, wait_max_us: how
+//   long those pairs took (the lock is dropped around the device-wide wait and passed to waiters
+//   between release steps of 64 MiB, so they wait for about one step at most).
 // Run: build-*/bench/pool_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "core/call_hook_driver.hpp"
 #include "tidepool/pool.hpp"
 #include "tidepool/sim.hpp"
 
@@ -83,7 +95,67 @@ void RandomMix(benchmark::State& state) {
   for (void* ptr : live) p.deallocate(ptr);
 }
 
+// Spins for `us` microseconds: a driver call's modelled time, spent in the calling thread as the
+// real call would (a sleep would oversleep by the kernel's timer slack).
+void busy_wait(double us) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::micro>(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+void WaitBehindRelease(benchmark::State& state) {
+  using clock = std::chrono::steady_clock;
+  auto sim = make_device();
+  auto slow = std::make_shared<tidepool::testing::call_hook_driver>(sim, [&sim](tidepool::driver_call call, std::size_t bytes) {
+    busy_wait(call == tidepool::driver_call::device_synchronize ? 20000.0 : std::max(0.0, sim->modelled_cost_us(call, bytes)));
+  });
+  tidepool::pool p(slow, 0);
+  tidepool::stream_t side = nullptr;
+  (void)sim->stream_create(0, &side);
+  const auto handles = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t block = std::size_t{2} << 20;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> releasing{false};
+  std::vector<double> waits_us;
+  p.deallocate(p.allocate(1 << 20, side), side);
+  std::thread other([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+      const bool began_during = releasing.load(std::memory_order_relaxed);
+      const auto start = clock::now();
+      void* ptr = p.allocate(1 << 20, side);
+      p.deallocate(ptr, side);
+      if (began_during || releasing.load(std::memory_order_relaxed)) {
+        waits_us.push_back(std::chrono::duration<double, std::micro>(clock::now() - start).count());
+      }
+    }
+  });
+  double release_ms = 0;
+  std::vector<void*> blocks(handles);
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (void*& b : blocks) b = p.allocate(block);
+    for (void* b : blocks) p.deallocate(b);
+    state.ResumeTiming();
+    const auto start = clock::now();
+    releasing = true;
+    benchmark::DoNotOptimize(p.release());
+    releasing = false;
+    release_ms += std::chrono::duration<double, std::milli>(clock::now() - start).count();
+  }
+  stop = true;
+  other.join();
+  std::sort(waits_us.begin(), waits_us.end());
+  const auto at = [&](double q) {
+    return waits_us.empty() ? 0.0 : waits_us[static_cast<std::size_t>(q * static_cast<double>(waits_us.size() - 1))];
+  };
+  state.counters["release_ms"] = release_ms / static_cast<double>(state.iterations());
+  state.counters["wait_p99_us"] = at(0.99);
+  state.counters["wait_max_us"] = waits_us.empty() ? 0.0 : waits_us.back();
+  state.counters["pairs_during_release"] = static_cast<double>(waits_us.size()) / static_cast<double>(state.iterations());
+}
+
 BENCHMARK(SameSizePair)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(WaitBehindRelease)->ArgName("handles")->Arg(1024)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(RandomMix)
     ->ArgNames({"slots", "slack_permille"})
     ->Args({1000, 10})

@@ -124,12 +124,20 @@ TIDEPOOL_API tidepool_status tidepool_has_context(int device, int* has);
 TIDEPOOL_API tidepool_status tidepool_allocate(size_t size, int device, tidepool_stream_t stream,
                                                tidepool_lifetime hint, void** out);
 /** Frees `ptr`, last used on `stream`; device may be TIDEPOOL_ANY_DEVICE. Freeing NULL is a
- *  no-op. Works from any thread, whatever its current device. */
+ *  no-op. Works from any thread, whatever its current device. `stream` must not have been
+ *  destroyed, unless tidepool_forget_stream was told (the free may record an event on it). */
 TIDEPOOL_API tidepool_status tidepool_deallocate(void* ptr, int device, tidepool_stream_t stream);
 /** Marks `ptr` as used on `stream` too: not reused before work queued there before its free has
- *  completed. device may be TIDEPOOL_ANY_DEVICE. */
+ *  completed (an event is recorded on `stream` when `ptr` is freed: keep it until then, or tell
+ *  tidepool_forget_stream). device may be TIDEPOOL_ANY_DEVICE. */
 TIDEPOOL_API tidepool_status tidepool_record_stream(void* ptr, int device,
                                                     tidepool_stream_t stream);
+
+/** Tells the pools that `stream` is, or is about to be, destroyed (before or after
+ *  cudaStreamDestroy): they never name it to the driver again, and a new stream that CUDA gives
+ *  the same handle starts afresh (tidepool::pool::forget_stream). device may be
+ *  TIDEPOOL_ANY_DEVICE (every pool). Unknown streams are ignored; opens nothing. */
+TIDEPOOL_API tidepool_status tidepool_forget_stream(int device, tidepool_stream_t stream);
 
 /** Sets the calling thread's current stream for `device`: the stream tidepool_cupy_malloc
  *  allocates on (CuPy passes none). Each thread starts with NULL, the legacy default stream, on
@@ -180,7 +188,10 @@ TIDEPOOL_API tidepool_status tidepool_get_default_pool_options(tidepool_pool_opt
 /** Registers a reclaim hook for every device; *id identifies it for removal. */
 TIDEPOOL_API tidepool_status tidepool_add_reclaim_hook(tidepool_reclaim_fn hook, void* user_data,
                                                        int* id);
-/** Unregisters a hook; an unknown id is TIDEPOOL_INVALID_ARGUMENT. */
+/** Unregisters a hook; an unknown id is TIDEPOOL_INVALID_ARGUMENT. Waits for calls of the hook
+ *  in progress on other threads: once it returns, the hook is not running and is never called
+ *  again, so its user_data may be freed. Called from inside the hook itself, it does not wait for
+ *  that call (user_data must then outlive the call). */
 TIDEPOOL_API tidepool_status tidepool_remove_reclaim_hook(int id);
 
 #ifdef __cplusplus

@@ -81,6 +81,7 @@ struct pool_stats {
   std::size_t peak_requested_bytes = 0;
   std::size_t peak_mapped_bytes = 0;
   std::size_t live_allocations = 0;
+  std::size_t streams = 0;                ///< streams the pool keeps state for now
   std::uint64_t allocations = 0;          ///< total allocate() calls that succeeded
   std::uint64_t deallocations = 0;
   std::uint64_t out_of_memory_recoveries = 0; ///< allocations saved by the out-of-memory path
@@ -107,11 +108,22 @@ class TIDEPOOL_API pool {
   [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = nullptr,
                                lifetime hint = lifetime::scratch);
   /// Frees `ptr`, last used on `stream`: it is reused at once on `stream`, and on other streams
-  /// once the work queued on `stream` at this point has completed.
+  /// once the work queued on `stream` at this point has completed. `stream` must exist (not be
+  /// destroyed) during the call, unless forget_stream() was told.
   void deallocate(void* ptr, stream_t stream = nullptr);
   /// Marks `ptr` as used on `stream` too (like PyTorch's record_stream): its memory is not
-  /// reused until the work queued on `stream` before its free has completed.
+  /// reused until the work queued on `stream` before its free has completed. As in PyTorch, an
+  /// event is recorded on `stream` when `ptr` is freed, so `stream` must still exist then (or have
+  /// been passed to forget_stream()).
   void record_stream(void* ptr, stream_t stream);
+  /// Tells the pool that `stream` is, or is about to be, destroyed. Call it (before or after the
+  /// destruction) for every stream the program made and used with the pool: the pool never names
+  /// `stream` to the driver again, and a new stream that CUDA later gives the same handle starts
+  /// with nothing of the old one's (the pool cannot tell them apart by itself). Memory freed on
+  /// `stream` reaches other streams once the work queued there is done. `stream` passed to a
+  /// later deallocate() of a block allocated on it still means the forgotten stream. Unknown
+  /// streams and the default stream are ignored.
+  void forget_stream(stream_t stream);
   /// Hands every free physical handle back to the driver (waiting for pending frees first).
   /// Returns the bytes handed back.
   std::size_t release();

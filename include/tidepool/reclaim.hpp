@@ -19,7 +19,9 @@ using reclaim_hook = std::function<std::size_t(int device, std::size_t bytes_nee
 
 /// Registers a hook for every pool of the process; returns an id for remove_reclaim_hook.
 TIDEPOOL_API int add_reclaim_hook(reclaim_hook hook);
-/// Unregisters a hook; unknown ids throw tidepool::error.
+/// Unregisters a hook; unknown ids throw tidepool::error. Waits for calls of the hook in progress
+/// on other threads: once it returns, the hook is not running and is never called again, so what
+/// it captured may be freed. Called from inside the hook itself, it does not wait for that call.
 TIDEPOOL_API void remove_reclaim_hook(int id);
 /// Calls every hook for `device`; returns the sum of what they reported.
 TIDEPOOL_API std::size_t run_reclaim_hooks(int device, std::size_t bytes_needed);

@@ -3,7 +3,8 @@
 // CI runs on it and the replay tool uses it by default. It keeps: capacity and memory held by
 // other processes; granularity; which devices hold a context; a count and a modelled cost of
 // every driver call (the per-call costs measured on an H200, DESIGN 2a); streams as queues on a
-// logical clock, so event completion is deterministic; injected faults; and a check that nothing
+// logical clock, so event completion is deterministic (the special handles CU_STREAM_LEGACY, 0x1,
+// and CU_STREAM_PER_THREAD, 0x2, are the default stream and the calling thread's own stream); injected faults; and a check that nothing
 // is unmapped while queued work may still touch it. Optionally, mapped memory is real host memory
 // so a test can see two live blocks that share bytes.
 #pragma once
@@ -33,6 +34,9 @@ struct sim_config {
   bool virtual_memory = true;
   /// Back mapped memory with host memory, so tests can write and read blocks (small devices only).
   bool back_with_host_memory = false;
+  /// stream_create hands out the handle of the stream destroyed last, as a driver that recycles
+  /// stream objects may (tests of a pool meeting a new stream under an old handle).
+  bool reuse_stream_handles = false;
 };
 
 namespace detail {

@@ -11,8 +11,8 @@ $TIDEPOOL_LIBRARY, next to this package (`cmake --install`), or on the loader's 
 """
 
 from . import _frameworks  # noqa: F401  (registers the framework-cache reclaim hook on load)
-from ._allocate import (ANY_DEVICE, allocate, deallocate, device_count, get_current_stream,
-                        has_context, record_stream, release, set_current_stream)
+from ._allocate import (ANY_DEVICE, allocate, deallocate, device_count, forget_stream,
+                        get_current_stream, has_context, record_stream, release, set_current_stream)
 from ._errors import InvalidArgumentError, LibraryNotFoundError, OutOfMemoryError, TidepoolError
 from ._hooks import add_reclaim_hook, remove_reclaim_hook
 from ._library import load as _load
@@ -24,7 +24,7 @@ from ._stats import Stats, available_bytes, stats, summary
 __all__ = [
     "ANY_DEVICE", "InvalidArgumentError", "LibraryNotFoundError", "OutOfMemoryError", "Stats",
     "TidepoolError",
-    "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "device_count",
+    "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "device_count", "forget_stream",
     "get_current_stream", "get_pool_options", "has_context", "library_path", "record_stream", "release",
     "release_cached_memory", "remove_reclaim_hook", "set_current_stream", "set_pool_options",
     "stats", "summary",

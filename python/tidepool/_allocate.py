@@ -40,6 +40,13 @@ def record_stream(ptr, stream, device=ANY_DEVICE):
     _library.check(_library.load().tidepool_record_stream(ptr, device, stream))
 
 
+def forget_stream(stream, device=ANY_DEVICE):
+    """Tells tidepool that `stream` (a cudaStream_t as an int) is, or is about to be, destroyed:
+    the pools never name it to the driver again, and a new stream that CUDA gives the same handle
+    starts afresh. tidepool.cupy.use() does it for the CuPy streams it sees."""
+    _library.check(_library.load().tidepool_forget_stream(device, stream))
+
+
 def release(device):
     """Hands `device`'s free cached memory back to the driver; returns the bytes."""
     device = _arguments.device("release", device)

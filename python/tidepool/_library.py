@@ -80,6 +80,7 @@ _PROTOTYPES = {
                                     ctypes.POINTER(ctypes.c_void_p)]),
     "tidepool_deallocate": (_status, [ctypes.c_void_p, ctypes.c_int, c_stream]),
     "tidepool_record_stream": (_status, [ctypes.c_void_p, ctypes.c_int, c_stream]),
+    "tidepool_forget_stream": (_status, [ctypes.c_int, c_stream]),
     "tidepool_set_current_stream": (_status, [ctypes.c_int, c_stream]),
     "tidepool_get_current_stream": (_status, [ctypes.c_int, ctypes.POINTER(c_stream)]),
     "tidepool_torch_alloc": (ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int, c_stream]),

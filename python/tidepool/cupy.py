@@ -10,11 +10,40 @@ last told the library, sets the library's per-thread current stream for the curr
 (tidepool_set_current_stream); tidepool_cupy_malloc then allocates on that stream, and
 tidepool_cupy_free frees on the stream the block was allocated on, as CuPy's own pool does.
 A failed allocation raises cupy.cuda.memory.OutOfMemoryError, as CuPy's pool would.
+
+CuPy destroys a stream when its Stream object is collected, and arrays made on it may be freed
+later. So for each stream CuPy owns that it sees, the allocator registers a finalizer that tells
+the library (tidepool_forget_stream) once the stream is gone: the library then never names the
+destroyed handle to the driver, and a new stream that gets the same handle starts afresh.
 """
 
 import threading
+import weakref
 
 from . import _errors, _frameworks, _library
+
+_SPECIAL_STREAMS = (0, 1, 2)  # the legacy default stream (0 or 1) and the per-thread one: never destroyed
+_watched = {}  # id(cupy Stream) -> its weakref.finalize, while it lives
+
+
+def _forget(key, ptr):
+    _watched.pop(key, None)
+    lib = _library.load()
+    lib.tidepool_forget_stream(-1, ptr)  # every device; a finalizer must not raise
+
+
+def _watch(cupy, stream):
+    """Tells the library when `stream` is destroyed, if CuPy owns it."""
+    key = id(stream)
+    if key in _watched or stream.ptr in _SPECIAL_STREAMS:
+        return
+    external = getattr(cupy.cuda, "ExternalStream", None)
+    if external is not None and isinstance(stream, external):
+        return  # the program owns it and destroys it itself (it may call tidepool.forget_stream)
+    try:
+        _watched[key] = weakref.finalize(stream, _forget, key, stream.ptr)
+    except TypeError:
+        pass  # a stream type without weak references: the program can call tidepool.forget_stream
 
 
 class _StreamTracker(threading.local):
@@ -41,10 +70,12 @@ def use():
 
     def allocate(size):
         device = get_device()
-        stream = get_stream().ptr
+        current = get_stream()
+        stream = current.ptr
         if tracker.last != (device, stream):
             _library.check(set_stream(device, stream or None))
             tracker.last = (device, stream)
+            _watch(cupy, current)
         memory = c_allocator.malloc(size)
         if size and not memory.ptr:
             _raise_failure(cupy, size, device, lib.tidepool_last_status())

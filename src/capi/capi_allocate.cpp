@@ -1,10 +1,11 @@
-// The C API's allocation entry points: allocate, deallocate, record_stream, and the thread's
-// current stream (for callers that pass none).
+// The C API's allocation entry points: allocate, deallocate, record_stream, forget_stream, and
+// the thread's current stream (for callers that pass none).
 #include <fmt/format.h>
 
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
 #include "capi/thread_streams.hpp"
+#include "process/process_state.hpp"
 #include "tidepool/c_api.h"
 #include "tidepool/process.hpp"
 
@@ -47,6 +48,20 @@ tidepool_status tidepool_record_stream(void* ptr, int device, tidepool_stream_t 
   return guarded([&] {
     if (ptr == nullptr) throw_null_argument("tidepool_record_stream", "ptr");
     pool_holding(ptr, device, "record_stream").record_stream(ptr, stream);
+  });
+}
+
+tidepool_status tidepool_forget_stream(int device, tidepool_stream_t stream) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (device == TIDEPOOL_ANY_DEVICE) {
+      for (tidepool::pool* p : tidepool::existing_pools()) {
+        if (p != nullptr) p->forget_stream(stream);
+      }
+      return;
+    }
+    check_device_exists(device);
+    if (tidepool::pool* p = find_pool(device)) p->forget_stream(stream);
   });
 }
 

@@ -301,24 +301,31 @@ driver_status arena::grow_segment(std::size_t bytes, std::uint64_t tick) {
   return driver_status::success;
 }
 
-std::size_t arena::release_free_segments(std::uint64_t freed_by, std::size_t want) {
-  std::size_t released = 0;
-  for (auto it = ranges_.begin(); it != ranges_.end() && released < want;) {
-    address_range& r = **it;
-    block* b = r.first;
-    if (b->next == nullptr && b->state == block_state::free_mapped && b->owner == 0 && b->freed_tick <= freed_by &&
-        calls_.mem_free(r.base, r.size) == driver_status::success) {
+void arena::take_free_segments(std::uint64_t freed_by, std::size_t want, std::vector<address_range*>& out) {
+  std::size_t taken = 0;
+  for (auto& range : ranges_) {
+    if (taken >= want) break;
+    block* b = range->first;
+    if (b->next == nullptr && b->state == block_state::free_mapped && b->owner == 0 && b->freed_tick <= freed_by) {
       slots_[0]->remove(b);
-      slab_.recycle(b);
-      pages_.remove_held(r.size);
-      reserved_bytes_ -= r.size;
-      released += r.size;
-      it = ranges_.erase(it);
-    } else {
-      ++it;
+      b->state = block_state::busy;
+      taken += range->size;
+      out.push_back(range.get());
     }
   }
-  return released;
+}
+
+void arena::segment_freed(address_range* segment, bool freed) {
+  block* b = segment->first;
+  if (!freed) {
+    b->state = block_state::free_mapped;
+    slots_[0]->insert(b);
+    return;
+  }
+  slab_.recycle(b);
+  pages_.remove_held(segment->size);
+  reserved_bytes_ -= segment->size;
+  std::erase_if(ranges_, [segment](const std::unique_ptr<address_range>& r) { return r.get() == segment; });
 }
 
 std::size_t arena::largest_free_block() const noexcept {

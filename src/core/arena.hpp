@@ -120,9 +120,13 @@ class arena {
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
   driver_status grow_segment(std::size_t bytes, std::uint64_t tick);
-  /// Frees segments that are wholly free for any stream and were freed at or before `freed_by`;
-  /// returns the bytes handed back.
-  std::size_t release_free_segments(std::uint64_t freed_by, std::size_t want);
+  /// Takes out of the free index segments wholly free for any stream and freed at or before
+  /// `freed_by`, up to `want` bytes (their blocks turn busy), and appends them to `out`: the caller
+  /// frees each with mem_free (with the pool's lock dropped, since cuMemFree waits for the device)
+  /// and then calls segment_freed.
+  void take_free_segments(std::uint64_t freed_by, std::size_t want, std::vector<address_range*>& out);
+  /// Finishes a segment taken by take_free_segments: gone if `freed`, else free again.
+  void segment_freed(address_range* segment, bool freed);
 
   // --- queries (slow) ---
   [[nodiscard]] std::size_t reserved_bytes() const noexcept { return reserved_bytes_; }
@@ -220,12 +224,14 @@ class arena {
   // Splits `b` at `offset`: b keeps the low part, the returned block (same state, owner, times)
   // the high part.
   block* cut(block* b, std::size_t offset);
-  // Joins the neighbour below (above) into `b` and recycles its node.
+  // Joins the neighbour below (above) into `b` and recycles its node. The free number is the
+  // latest of b's own stream's parts: a part free for every stream (slot 0) needs no event, and
+  // its number (a free on another stream) must not hold b back from the event of b's stream.
   void absorb_prev(block* b) noexcept {
     block* p = b->prev;
     b->address = p->address;
     b->size += p->size;
-    b->free_sequence = std::max(b->free_sequence, p->free_sequence);
+    if (p->owner == b->owner) b->free_sequence = std::max(b->free_sequence, p->free_sequence);
     b->freed_tick = std::max(b->freed_tick, p->freed_tick);
     b->prev = p->prev;
     if (b->prev != nullptr) {
@@ -239,7 +245,7 @@ class arena {
   void absorb_next(block* b) noexcept {
     block* n = b->next;
     b->size += n->size;
-    b->free_sequence = std::max(b->free_sequence, n->free_sequence);
+    if (n->owner == b->owner) b->free_sequence = std::max(b->free_sequence, n->free_sequence);
     b->freed_tick = std::max(b->freed_tick, n->freed_tick);
     b->next = n->next;
     if (b->next != nullptr) b->next->prev = b;

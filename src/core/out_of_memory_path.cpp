@@ -1,17 +1,24 @@
-// The out-of-memory path (DESIGN 3.4): before an allocation fails, reclaim everywhere the pool
-// can reach, cheapest first, and retry after each step:
-//   1. the pool's own cache: frees already safe go back to the driver (stealing has already tried
-//      to reuse them; this also frees whole fallback segments);
+// The out-of-memory path (DESIGN 3.4): before an allocation fails, reclaim where the pool can
+// reach, cheapest first, and retry after each step:
+//   1. the pool's own cache: frees whose events completed, and free handles handed back to the
+//      driver so that new ones fit (growth steals free handles only beyond its budget);
 //   2. the CUDA stream-ordered pools (memory parked by cudaMallocAsync users);
-//   3. the process's reclaim hooks (other frameworks' caches), called without the pool's lock so a
-//      hook may free into this pool;
-//   4. frees still waiting for their streams: wait for the device, release, retry.
-// Then hand back every free handle (the failed retries may have mapped some) and throw tidepool::out_of_memory with the figures a user needs to understand why.
+//   3. the process's reclaim hooks (other frameworks' caches);
+//   4. frees still waiting for their streams: wait for the device.
+// Steps 2-4 run with the pool's lock dropped (the hooks may free into this pool; the others take
+// as long as the GPU does, and cached allocations on other threads must not wait behind them).
+//
+// Reclaim only what the request needs. A request the byte cap could never hold fails at once; what
+// growth mapped for a request it could not finish goes back; at each step free handles go back
+// only when what the driver can still give falls short and the handles cover the rest. When
+// nothing helps, the cache stays as it was, and tidepool::out_of_memory carries the figures a user
+// needs to understand why.
 #include <fmt/format.h>
 
 #include <limits>
 
 #include "core/pool_impl.hpp"
+#include "core/unlocked_call.hpp"
 #include "tidepool/reclaim.hpp"
 
 namespace tidepool::detail {
@@ -22,9 +29,36 @@ constexpr std::size_t everything = std::numeric_limits<std::size_t>::max();
 }  // namespace
 
 block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t requested, stream_state& s) {
+  const std::size_t need = round_up(size, pages_.granularity());
+  // What growth mapped for a request it could not finish goes back (it lies in the request's
+  // arena): the pool is then as it was before the request, and each attempt starts from there.
+  auto hand_back_growth = [&](std::size_t held_before) {
+    const std::size_t held = pages_.held_bytes();
+    if (held > held_before) (void)release_free(held - held_before, any_tick, &where, true);
+  };
+  // Whether growth can serve the request now: what the driver can still give, within the cap and
+  // headroom, and free handles handed back for the rest, only when those cover it (else releasing
+  // them only costs the program their re-creation later).
+  auto make_room = [&]() -> bool {
+    const std::size_t driver_free = calls_.memory_info().free;
+    const std::size_t held = pages_.held_bytes();
+    std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
+    if (options_.byte_cap != everything) creatable = std::min(creatable, held < options_.byte_cap ? options_.byte_cap - held : 0);
+    if (creatable >= need) return true;
+    std::size_t reachable = 0;
+    for (const auto& a : arenas_) reachable += a->whole_free_handle_bytes();
+    if (reachable < need - creatable) return false;
+    (void)release_free(need - creatable, any_tick);
+    return true;
+  };
   auto retry = [&]() -> block* {
+    cover_frees(s);  // frees made on s while the lock was dropped
+    settle_frees(false);
     if (block* b = where.take(size, s.slot)) return b;
+    if (!make_room()) return nullptr;
+    const std::size_t held_before_growth = pages_.held_bytes();
     if (grow(where, size) == growth::grown) return where.take(size, s.slot);
+    hand_back_growth(held_before_growth);
     return nullptr;
   };
   auto recovered = [&](block* b) {
@@ -32,34 +66,30 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     return b;
   };
 
-  settle_frees(false);
-  (void)release_free(everything, any_tick);
-  if (block* b = retry()) return recovered(b);
+  hand_back_growth(held_before_miss_);
+  if (!over_byte_cap(size)) {
+    if (block* b = retry()) return recovered(b);
 
-  (void)calls_.trim_async_pools();
-  if (block* b = retry()) return recovered(b);
+    (void)call_unlocked(lock_, calls_, driver_call::async_pool_trim, 0,
+                        [this](driver& d) { return d.trim_async_pools(device_); });
+    if (block* b = retry()) return recovered(b);
 
-  {
-    // The hooks may call back into this pool (a framework emptying its cache frees into it).
-    lock_.unlock();
-    try {
-      (void)run_reclaim_hooks(device_, size);
-    } catch (...) {
+    {
+      // The hooks may call back into this pool (a framework emptying its cache frees into it).
+      lock_.unlock();
+      try {
+        (void)run_reclaim_hooks(device_, size);
+      } catch (...) {
+        lock_.lock();
+        throw;
+      }
       lock_.lock();
-      throw;
     }
-    lock_.lock();
+    if (block* b = retry()) return recovered(b);
+
+    settle_frees(true);
+    if (block* b = retry()) return recovered(b);
   }
-  if (block* b = retry()) return recovered(b);
-
-  settle_frees(true);
-  (void)release_free(everything, any_tick);
-  if (block* b = retry()) return recovered(b);
-
-  // Giving up: what the last retries mapped for this request (and every other free handle) goes
-  // back, so other users of the GPU (plain cudaMalloc, other processes) can have it.
-  (void)release_free(everything, any_tick);
-
   out_of_memory_report report;
   report.device = device_;
   report.requested_bytes = requested;

@@ -15,6 +15,7 @@ pool& pool::operator=(pool&&) noexcept = default;
 void* pool::allocate(std::size_t bytes, stream_t stream, lifetime hint) { return impl_->allocate(bytes, stream, hint); }
 void pool::deallocate(void* ptr, stream_t stream) { impl_->deallocate(ptr, stream); }
 void pool::record_stream(void* ptr, stream_t stream) { impl_->record_stream(ptr, stream); }
+void pool::forget_stream(stream_t stream) { impl_->forget_stream(stream); }
 std::size_t pool::release() { return impl_->release(); }
 std::size_t pool::allocation_size(const void* ptr) const { return impl_->allocation_size(ptr); }
 bool pool::owns(const void* ptr) const { return impl_->owns(ptr); }

@@ -1,5 +1,5 @@
-// pool_impl: construction and tear-down, streams, record_stream, the queries and figures, and the
-// errors for bad input (each names the value and leaves the pool as it was).
+// pool_impl: construction and tear-down, streams (adding, forgetting, record_stream), the queries
+// and figures, and the errors for bad input (each names the value and leaves the pool as it was).
 #include "core/pool_impl.hpp"
 
 #include <fmt/format.h>
@@ -73,7 +73,7 @@ pool_impl::~pool_impl() {
   std::lock_guard guard(lock_);
   try {
     // Nothing is unmapped under queued work; no event goes on a user stream (it may be gone).
-    wait_for_device();
+    wait_for_device(false);
   } catch (const error&) {
     // The device could not be waited for; unmapping below is still the only way to give the
     // memory back, so go on.
@@ -90,6 +90,33 @@ stream_state& pool_impl::add_stream(stream_t stream) {
   stream_state& s = streams_.add(stream);
   for (auto& a : arenas_) a->ensure_slots(streams_.slot_count());
   return s;
+}
+
+stream_state& pool_impl::stream_for_free(const block& b, stream_t stream, stream_state* found) {
+  stream_state& allocated_on = streams_.at(b.owner);
+  // The handle was forgotten (its stream destroyed, then a garbage collector freeing what was
+  // allocated there): the free stays with that stream, and no driver call names the handle.
+  if (allocated_on.retired && stream_registry::names(allocated_on, stream)) return allocated_on;
+  // Allocated on another thread's per-thread stream, freed on "the per-thread stream" here (a
+  // front end passing the allocation's stream, or a garbage collector on another thread): the
+  // work that used it may be on the first thread's stream, which this thread cannot name, so the
+  // free stays with that stream (record_event names no other thread's stream).
+  if (allocated_on.thread != 0 && reinterpret_cast<std::uintptr_t>(stream) == per_thread_stream_handle) {
+    return allocated_on;
+  }
+  if (found != nullptr) return *found;
+  return add_stream(stream);
+}
+
+void pool_impl::forget_stream(stream_t stream) {
+  std::lock_guard guard(lock_);
+  stream_state* s = streams_.find(stream);
+  if (s == nullptr || s->stream == nullptr) return;  // unknown, or the legacy stream (never destroyed)
+  if (block* b = s->parked) {
+    s->parked = nullptr;
+    b->owner_arena->give_back(b, free_slot(*s, b->free_sequence), b->free_sequence, b->freed_tick);
+  }
+  streams_.retire(*s);
 }
 
 void pool_impl::throw_invalid_size(std::size_t bytes) const {
@@ -126,38 +153,55 @@ void pool_impl::record_stream(void* ptr, stream_t stream) {
   std::lock_guard guard(lock_);
   block* b = live_.find(address);
   if (b == nullptr) throw_bad_pointer("record_stream", ptr);
-  if (streams_.find(stream) == nullptr) add_stream(stream);
-  std::vector<stream_t>& extra = extra_streams_[b];
-  if (std::find(extra.begin(), extra.end(), stream) == extra.end()) extra.push_back(stream);
+  stream_state* s = streams_.find(stream);
+  if (s == nullptr) s = &add_stream(stream);
+  std::vector<stream_state*>& extra = extra_streams_[b];
+  if (std::find(extra.begin(), extra.end(), s) == extra.end()) {
+    extra.push_back(s);
+    ++s->holds;
+  }
   b->has_extra_streams = true;
 }
 
 void pool_impl::free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence) {
   auto it = extra_streams_.find(b);
-  std::vector<stream_t> extra = std::move(it->second);
+  std::vector<stream_state*> extra = std::move(it->second);
   extra_streams_.erase(it);
   b->has_extra_streams = false;
   pending_free pending;
   pending.freed = b;
   pending.slot = s.slot;
   pending.sequence = sequence;
-  for (stream_t other : extra) {
-    if (other == s.stream) continue;  // the free's own stream orders its work already
-    event_t e = events_.acquire();
-    const driver_status status = calls_.event_record(e, other);
-    if (status != driver_status::success) {
-      // Without the event we cannot know when `other` is done: wait for it now instead.
+  for (stream_state* other : extra) {
+    --other->holds;
+    if (other == &s) continue;  // the free's own stream orders its work already
+    // As in PyTorch, the event goes on the recorded stream at the free: the program keeps that
+    // stream alive until then, or forgets it first (then, as for another thread's per-thread
+    // stream, which this thread cannot name, only a device-wide wait proves its work done).
+    if (other->retired || (other->thread != 0 && other->thread != this_thread_key())) {
+      pending.needs_device_wait = true;
+      continue;
+    }
+    event_t e = nullptr;
+    try {
+      e = events_.acquire();
+    } catch (const error&) {
+      pending.needs_device_wait = true;
+      continue;
+    }
+    if (calls_.event_record(e, other->stream) != driver_status::success) {
       events_.give_back(e);
-      (void)calls_.stream_synchronize(other);
+      pending.needs_device_wait = true;  // no event, no proof: wait for the device instead
       continue;
     }
     pending.events.push_back(e);
   }
-  if (pending.events.empty()) {
-    b->owner_arena->give_back(b, s.slot, sequence, tick_);
+  if (pending.events.empty() && !pending.needs_device_wait) {
+    b->owner_arena->give_back(b, free_slot(s, sequence), sequence, tick_);
     return;
   }
   b->state = block_state::pending;
+  ++s.holds;
   pending_.push_back(std::move(pending));
 }
 
@@ -191,6 +235,7 @@ pool_stats pool_impl::stats() {
   s.peak_requested_bytes = peak_requested_;
   s.peak_mapped_bytes = pages_.peak_held_bytes();
   s.live_allocations = live_.size();
+  s.streams = streams_.size();
   s.allocations = allocations_;
   s.deallocations = deallocations_;
   s.out_of_memory_recoveries = recoveries_;

@@ -4,8 +4,9 @@
 //
 // Fast paths (allocate/deallocate of cached memory) are inline here: validate, take the lock,
 // find the stream (cached), take or give back a block in its arena, update the map and the
-// figures. No heap allocation in the steady state, and no driver call in the common case; but a
-// take() from a large arena splits a large handle that the new block would pin only a small part of
+// figures. No heap allocation in the steady state, and no driver call in the common case: an event
+// may be recorded on the call's stream when its events have settled (stream_order.hpp), a take()
+// from a large arena may split a large handle that the new block would pin only a small part of
 // (placement.cpp), and with an automatic release policy (pool_options::release) an operation may
 // hand free handles back (after_operation). Everything else lives in:
 //   pool_impl.cpp        construction, tear-down, record_stream, queries, stats, bad input
@@ -50,6 +51,8 @@ class pool_impl {
     std::lock_guard guard(lock_);
     stream_state* s = streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
+    // The stream is alive while the program allocates on it: the moment to cover its frees.
+    if (s->record_due && s->last_free > s->covered) record_or_throw(*s);
     block* b = s->parked;
     if (b != nullptr && b->size == size && b->owner_arena == &where) {
       s->parked = nullptr;
@@ -59,11 +62,19 @@ class pool_impl {
       // what it would have been without parking.
       if (b != nullptr) {
         s->parked = nullptr;
-        b->owner_arena->give_back(b, s->slot, b->free_sequence, b->freed_tick);
+        b->owner_arena->give_back(b, free_slot(*s, b->free_sequence), b->free_sequence, b->freed_tick);
       }
       b = where.take(size, s->slot);
-      if (b == nullptr) b = allocate_slow(where, size, bytes, *s);
+      if (b == nullptr) {
+        const stream_hold hold(*s);  // the slow path recycles idle streams' slots, and may drop the lock
+        cover_frees(*s);
+        held_before_miss_ = pages_.held_bytes();
+        // A request that could not fit even with the whole cache handed back goes straight to the
+        // out-of-memory path: growth would only move cached handles around for it.
+        b = could_ever_fit(size) ? allocate_slow(where, size, bytes, *s) : out_of_memory_path(where, size, bytes, *s);
+      }
     }
+    ++s->live;
     b->requested = bytes;
     live_.insert(b->address, b);
     in_use_ += size;
@@ -71,7 +82,7 @@ class pool_impl {
     peak_in_use_ = std::max(peak_in_use_, in_use_);
     peak_requested_ = std::max(peak_requested_, requested_);
     ++allocations_;
-    if (automatic_release_) after_operation(false);
+    if (automatic_release_) after_operation(false, *s);
     return reinterpret_cast<void*>(b->address);
   }
 
@@ -82,7 +93,10 @@ class pool_impl {
     block* b = live_.find(address);
     if (b == nullptr) throw_bad_pointer("deallocate", ptr);
     stream_state* s = streams_.find(stream);
-    if (s == nullptr) s = &add_stream(stream);
+    if (s == nullptr || b->owner != s->slot) s = &stream_for_free(*b, stream, s);
+    // An event recorded now covers this free too (it gets the next number).
+    if (s->record_due) (void)record_event(*s, free_sequence_ + 1);
+    --(b->owner == s->slot ? *s : streams_.at(b->owner)).live;
     live_.erase(address);
     in_use_ -= b->size;
     requested_ -= b->requested;
@@ -93,17 +107,21 @@ class pool_impl {
       free_with_extra_streams(b, *s, sequence);
     } else {
       // Park it as the stream's last free; the one parked before goes to its free index.
-      if (block* older = s->parked) older->owner_arena->give_back(older, s->slot, older->free_sequence, older->freed_tick);
+      if (block* older = s->parked) {
+        older->owner_arena->give_back(older, free_slot(*s, older->free_sequence), older->free_sequence,
+                                      older->freed_tick);
+      }
       b->state = block_state::parked;
       b->owner = s->slot;
       b->free_sequence = sequence;
       b->freed_tick = tick_;
       s->parked = b;
     }
-    if (automatic_release_) after_operation(true);
+    if (automatic_release_) after_operation(true, *s);
   }
 
   void record_stream(void* ptr, stream_t stream);
+  void forget_stream(stream_t stream);
   std::size_t release();
   [[nodiscard]] std::size_t allocation_size(const void* ptr);
   [[nodiscard]] bool owns(const void* ptr);
@@ -125,6 +143,9 @@ class pool_impl {
 
   // pool_impl.cpp
   stream_state& add_stream(stream_t stream);
+  // The stream a free of live block `b` on `stream` is booked on (`found`: what the handle names
+  // now, or nullptr): the retired stream `b` was allocated on when the handle named that one.
+  stream_state& stream_for_free(const block& b, stream_t stream, stream_state* found);
   [[noreturn]] void throw_invalid_size(std::size_t bytes) const;
   [[noreturn]] void throw_bad_pointer(const char* operation, const void* ptr);
   void free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence);
@@ -134,21 +155,55 @@ class pool_impl {
   growth grow(arena& where, std::size_t size);
   [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget);
 
+  // stream_order.cpp's side of the pool (release_policy.cpp)
+  /// Where a block freed on `s` with number `sequence` goes: slot 0 if an event of `s` that covers
+  /// it already completed, else `s`'s own slot.
+  [[nodiscard]] static std::uint32_t free_slot(const stream_state& s, std::uint64_t sequence) noexcept {
+    return sequence <= s.completed ? 0 : s.slot;
+  }
+  /// Records an event on `s` covering its frees up to `watermark` when it has room for one (or,
+  /// overwrite_newest, records its newest event again); false if the driver refused (the frees
+  /// then wait for a later event or a device-wide wait).
+  bool record_event(stream_state& s, std::uint64_t watermark, bool overwrite_newest = false);
+  /// record_event for an allocation on `s`: a stream that cannot be recorded on is refused.
+  void record_or_throw(stream_state& s);
+  /// Before a slow path in a call on `s` (alive, then): an event for every free of `s` so far, so
+  /// that settling finds them done if `s` is idle.
+  void cover_frees(stream_state& s) {
+    if (s.last_free > s.covered) (void)record_event(s, s.last_free, /*overwrite_newest=*/true);
+  }
+
   // release_policy.cpp
   /// Gives every parked block to its free index (before any slow path looks at free blocks).
   void flush_parked();
-  /// Hands to slot 0 the frees whose events completed (wait: waits for the whole device first,
-  /// see wait_for_device).
+  /// Hands to slot 0 the frees whose events completed, and recycles the slots of streams that
+  /// hold nothing (wait: waits for the whole device first, see wait_for_device).
   void settle_frees(bool wait);
   void settle_stream(stream_state& s);
-  /// Synchronizes the device (no event on any user stream) and hands every free to slot 0.
-  void wait_for_device();
-  /// Unmaps and releases up to `want` bytes of whole free handles freed at or before tick
-  /// `freed_by` (fallback: wholly free segments); returns the bytes handed back.
-  std::size_t release_free(std::size_t want, std::uint64_t freed_by);
-  void after_operation(bool freed);
+  void complete_pending(pending_free& p);
+  void recycle_idle_streams();
+  /// Synchronizes the device (no event on any user stream) and hands every free made before the
+  /// wait began to slot 0. drop_lock: the pool's lock is released during the wait (callers that
+  /// hold no reference into the pool's state across it).
+  void wait_for_device(bool drop_lock);
+  /// Unmaps and releases whole free handles freed at or before tick `freed_by` (fallback: wholly
+  /// free segments) until `want` bytes went back (at_most: never more than `want`), from arena
+  /// `only` if given, else from all; returns the bytes handed back.
+  std::size_t release_free(std::size_t want, std::uint64_t freed_by, arena* only = nullptr, bool at_most = false);
+  // Automatic release after an allocation or a free (`freed`) on stream `s`.
+  void after_operation(bool freed, stream_state& s);
 
   // out_of_memory_path.cpp
+  [[nodiscard]] bool over_byte_cap(std::size_t size) const noexcept {
+    return round_up(size, pages_.granularity()) > options_.byte_cap;
+  }
+  // Whether `size` could fit with every cached byte handed back: within the byte cap, and within
+  // the device beside what is in use and the headroom (no driver call: the device's total).
+  [[nodiscard]] bool could_ever_fit(std::size_t size) const noexcept {
+    const std::size_t need = round_up(size, pages_.granularity());
+    const std::size_t room = device_total_ - std::min(in_use_, device_total_);
+    return !over_byte_cap(size) && need <= room && options_.headroom <= room - need;
+  }
   block* out_of_memory_path(arena& where, std::size_t size, std::size_t requested, stream_state& s);
   [[nodiscard]] std::size_t largest_possible(std::size_t driver_free);
 
@@ -163,7 +218,7 @@ class pool_impl {
   stream_registry streams_;
   event_pool events_;
   std::vector<pending_free> pending_;
-  std::unordered_map<block*, std::vector<stream_t>> extra_streams_;
+  std::unordered_map<block*, std::vector<stream_state*>> extra_streams_;
   spin_lock lock_;
 
   bool virtual_memory_ = true;
@@ -185,6 +240,9 @@ class pool_impl {
   std::uint64_t clock_origin_ = 0;  // the clock's reading at the first operation
   std::uint64_t operations_since_clock_ = 0;
   std::size_t trim_floor_ = 0;  // max_cached_bytes: do not trim again until cached passes this
+  // Held when the latest miss began: a request that fails hands back what its growth mapped
+  // (another thread's miss while the out-of-memory path dropped the lock may have moved it).
+  std::size_t held_before_miss_ = 0;
 };
 
 }  // namespace tidepool::detail

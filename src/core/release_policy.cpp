@@ -1,25 +1,31 @@
 // The release policy: when free memory becomes safe for every stream, and when free handles go
 // back to the driver.
 //
-// Frees become safe (slot 0) on slow paths only: an event is recorded on each stream that owns
-// free blocks and queried. When the pool must wait (release(), the destructor, the last step of
-// the out-of-memory path) it synchronizes the whole device instead and records nothing on user
-// streams, which the program may already have destroyed. Free handles go back on release(), under memory pressure
-// (out_of_memory_path.cpp), and automatically per pool_options::release: immediately, above
-// max_cached_bytes, or after `decay`. Only whole handles inside slot-0 blocks are released, so
-// nothing goes while queued work may still use it; release() returns the exact bytes handed back.
+// Frees become safe (slot 0) when an event covering them completes. Events are recorded only on
+// the stream of the call being made (stream_order.hpp says when); slow paths query them and never
+// name another stream, which the program may have destroyed. When the pool must wait (release(),
+// the destructor, the last step of the out-of-memory path) it synchronizes the whole device
+// instead, with its lock dropped, and everything freed before the wait began becomes safe. Free
+// handles go back on release(), under memory pressure (out_of_memory_path.cpp), and automatically
+// per pool_options::release: immediately, above max_cached_bytes, or after `decay`. Only whole
+// handles inside slot-0 blocks are released, so nothing goes while queued work may still use it;
+// release() returns the exact bytes handed back.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <limits>
 
 #include "core/pool_impl.hpp"
+#include "core/unlocked_call.hpp"
 
 namespace tidepool::detail {
 
 namespace {
 constexpr std::uint64_t any_tick = std::numeric_limits<std::uint64_t>::max();
 constexpr std::size_t everything = std::numeric_limits<std::size_t>::max();
+// release() works in steps of this many bytes, passing the lock to waiters between them: about a
+// millisecond of driver calls in 2 MiB handles on the H200 (unmap 16 + release 10 us each).
+constexpr std::size_t release_step_bytes = std::size_t{64} << 20;
 // How many operations pass between two looks at the clock when a decay is set.
 constexpr unsigned operations_per_clock_read = 64;
 
@@ -31,108 +37,194 @@ std::uint64_t milliseconds_now(const release_policy& policy) {
 }
 }  // namespace
 
+bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool overwrite_newest) {
+  const bool full = s.in_flight >= stream_state::max_events;
+  // Another thread's per-thread stream cannot be named from here (CU_STREAM_PER_THREAD is the
+  // caller's own): its frees wait for its own thread's calls or a device-wide wait.
+  if (s.thread != 0 && s.thread != this_thread_key()) return true;
+  if (s.retired || (full && !overwrite_newest) || watermark <= s.covered) {
+    s.record_due = !s.retired && !full;
+    return true;
+  }
+  if (full) {
+    // Recorded again, the newest event covers everything up to now and completes later; the
+    // older one still completes as before, so frees keep moving on.
+    stream_event& newest = s.events[s.in_flight - 1];
+    if (calls_.event_record(newest.event, s.stream) != driver_status::success) return false;
+    newest.watermark = watermark;
+    s.covered = watermark;
+    return true;
+  }
+  event_t e = nullptr;
+  try {
+    e = events_.acquire();
+  } catch (const error&) {
+    s.record_due = false;  // until its events settle: its frees wait for those or a device-wide wait
+    return false;
+  }
+  if (calls_.event_record(e, s.stream) != driver_status::success) {
+    events_.give_back(e);
+    s.record_due = false;
+    return false;
+  }
+  s.events[s.in_flight++] = stream_event{e, watermark};
+  s.covered = watermark;
+  s.record_due = s.in_flight < stream_state::max_events;
+  return true;
+}
+
+void pool_impl::record_or_throw(stream_state& s) {
+  if (record_event(s, s.last_free)) return;
+  s.record_due = true;  // nothing changed: try again at the stream's next call
+  throw error(error_code::invalid_stream,
+              fmt::format("tidepool: cannot record an event on stream {} of device {} (destroyed?)",
+                          fmt::ptr(s.stream), device_));
+}
+
 void pool_impl::settle_stream(stream_state& s) {
-  for (int round = 0; round < 2; ++round) {
-    bool owns_free = false;
-    for (auto& a : arenas_) owns_free = owns_free || a->has_free(s.slot);
-    if (!owns_free) return;
-    if (s.event == nullptr) {
-      s.event = events_.acquire();
-      const driver_status recorded = calls_.event_record(s.event, s.stream);
-      if (recorded != driver_status::success) {
-        events_.give_back(s.event);
-        s.event = nullptr;
-        throw error(error_code::driver_failure, fmt::format("tidepool: event_record failed on device {}: {}",
-                                                            device_, to_string(recorded)));
-      }
-      s.watermark = s.last_free;
-    }
-    const driver_status status = calls_.event_query(s.event);
-    if (status == driver_status::not_ready) return;
+  const std::uint64_t before = s.completed;
+  while (s.in_flight > 0) {
+    const driver_status status = calls_.event_query(s.events[0].event);
+    if (status == driver_status::not_ready) break;
     if (status != driver_status::success) {
       throw error(error_code::driver_failure,
                   fmt::format("tidepool: waiting for an event failed on device {}: {}", device_, to_string(status)));
     }
-    for (auto& a : arenas_) a->make_global(s.slot, s.watermark);
-    events_.give_back(s.event);
-    s.event = nullptr;
+    s.completed = std::max(s.completed, s.events[0].watermark);
+    events_.give_back(s.events[0].event);
+    for (std::uint32_t i = 1; i < s.in_flight; ++i) s.events[i - 1] = s.events[i];
+    s.events[--s.in_flight] = stream_event{};
   }
+  if (s.completed > before) {
+    for (auto& a : arenas_) a->make_global(s.slot, s.completed);
+  }
+  // With room for an event again, the stream's next free records one (and its next allocation,
+  // for frees no event covers yet).
+  s.record_due = !s.retired && s.in_flight < stream_state::max_events;
 }
 
 void pool_impl::flush_parked() {
-  streams_.for_each([](stream_state& s) {
+  streams_.for_each([this](stream_state& s) {
     if (block* b = s.parked) {
       s.parked = nullptr;
-      b->owner_arena->give_back(b, s.slot, b->free_sequence, b->freed_tick);
+      b->owner_arena->give_back(b, free_slot(s, b->free_sequence), b->free_sequence, b->freed_tick);
     }
+  });
+}
+
+void pool_impl::complete_pending(pending_free& p) {
+  for (event_t e : p.events) events_.give_back(e);
+  stream_state& s = streams_.at(p.slot);
+  p.freed->owner_arena->give_back(p.freed, free_slot(s, p.sequence), p.sequence, tick_);
+  --s.holds;
+}
+
+void pool_impl::recycle_idle_streams() {
+  streams_.for_each([this](stream_state& s) {
+    if (s.live != 0 || s.holds != 0 || s.in_flight != 0 || s.parked != nullptr) return;
+    for (const auto& a : arenas_) {
+      if (a->has_free(s.slot)) return;
+    }
+    streams_.recycle(s);
   });
 }
 
 void pool_impl::settle_frees(bool wait) {
   if (wait) {
-    wait_for_device();
+    wait_for_device(true);
     return;
   }
   flush_parked();
   // Frees held back by record_stream() streams.
   for (std::size_t i = 0; i < pending_.size();) {
     pending_free& p = pending_[i];
-    bool done = true;
-    for (event_t e : p.events) {
-      if (calls_.event_query(e) == driver_status::not_ready) {
-        done = false;
-        break;
-      }
+    bool done = !p.needs_device_wait;
+    for (std::size_t e = 0; done && e < p.events.size(); ++e) {
+      done = calls_.event_query(p.events[e]) != driver_status::not_ready;
     }
     if (!done) {
       ++i;
       continue;
     }
-    for (event_t e : p.events) events_.give_back(e);
-    p.freed->owner_arena->give_back(p.freed, p.slot, p.sequence, tick_);
+    complete_pending(p);
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();
   }
-  streams_.for_each([&](stream_state& s) { settle_stream(s); });
+  streams_.for_each([this](stream_state& s) { settle_stream(s); });
+  recycle_idle_streams();
 }
 
-void pool_impl::wait_for_device() {
+void pool_impl::wait_for_device(bool drop_lock) {
   flush_parked();
-  // One device-wide wait, no event recorded on any user stream: a program may have destroyed a
-  // stream it freed memory on (recording on it would be a use after free in the driver).
-  const driver_status status = calls_.device_synchronize();
+  // Everything freed up to here is done once the wait returns: the free came after the work that
+  // used the block was queued. Frees made by other threads while the lock is dropped are not.
+  const std::uint64_t fence = free_sequence_;
+  // No event on any user stream: the program may have destroyed streams it freed memory on.
+  const driver_status status =
+      drop_lock ? call_unlocked(lock_, calls_, driver_call::device_synchronize, 0,
+                                [this](driver& d) { return d.device_synchronize(device_); })
+                : calls_.device_synchronize();
   if (status != driver_status::success) {
     throw error(error_code::driver_failure,
                 fmt::format("tidepool: device_synchronize failed on device {}: {}", device_, to_string(status)));
   }
-  for (pending_free& p : pending_) {
-    for (event_t e : p.events) events_.give_back(e);  // complete: the device is idle
-    p.freed->owner_arena->give_back(p.freed, p.slot, p.sequence, tick_);
-  }
-  pending_.clear();
-  streams_.for_each([&](stream_state& s) {
-    if (s.event != nullptr) {
-      events_.give_back(s.event);
-      s.event = nullptr;
+  flush_parked();
+  for (std::size_t i = 0; i < pending_.size();) {
+    if (pending_[i].sequence > fence) {
+      ++i;
+      continue;
     }
-    for (auto& a : arenas_) a->make_global(s.slot, s.last_free);
+    complete_pending(pending_[i]);
+    pending_[i] = std::move(pending_.back());
+    pending_.pop_back();
+  }
+  streams_.for_each([&](stream_state& s) {
+    s.completed = std::max(s.completed, fence);
+    std::uint32_t kept = 0;
+    for (std::uint32_t i = 0; i < s.in_flight; ++i) {
+      if (s.events[i].watermark <= fence) {
+        events_.give_back(s.events[i].event);  // what it covers is done
+      } else {
+        s.events[kept++] = s.events[i];
+      }
+    }
+    for (std::uint32_t i = kept; i < s.in_flight; ++i) s.events[i] = stream_event{};
+    s.in_flight = kept;
+    s.record_due = !s.retired && s.in_flight < stream_state::max_events;
+    for (auto& a : arenas_) a->make_global(s.slot, fence);
   });
+  recycle_idle_streams();
 }
 
-std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by) {
+std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, arena* only, bool at_most) {
   std::size_t released = 0;
   if (!virtual_memory_) {
+    std::vector<address_range*> segments;
     for (auto& a : arenas_) {
       if (released >= want) break;
-      released += a->release_free_segments(freed_by, want - released);
+      if (only != nullptr && a.get() != only) continue;
+      const std::size_t before = segments.size();
+      a->take_free_segments(freed_by, want - released, segments);
+      for (std::size_t i = before; i < segments.size(); ++i) released += segments[i]->size;
+    }
+    if (segments.empty()) return 0;
+    // cuMemFree waits for the whole device: the segments are out of every index, so the lock can go.
+    released = 0;
+    for (address_range* segment : segments) {
+      const bool freed = call_unlocked(lock_, calls_, driver_call::mem_free, segment->size, [&](driver& d) {
+        return d.mem_free(device_, segment->base) == driver_status::success;
+      });
+      if (freed) released += segment->size;
+      segment->owner->segment_freed(segment, freed);
     }
     return released;
   }
   std::vector<std::uint32_t> ids;
   for (auto& a : arenas_) {
     if (released >= want) break;
+    if (only != nullptr && a.get() != only) continue;
     std::size_t left = want - released;
-    std::size_t room = everything;
+    std::size_t room = at_most ? left : everything;
     ids.clear();
     const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids, everything);
     for (std::uint32_t id : ids) {
@@ -156,10 +248,19 @@ std::size_t pool_impl::release() {
   std::lock_guard guard(lock_);
   settle_frees(true);
   trim_floor_ = 0;
-  return release_free(everything, any_tick);
+  // Handing back GiBs takes tens of milliseconds of unmap and release calls (about 10 ms per GiB
+  // on the H200): in steps, passing the lock to waiting threads between them, so a cached
+  // allocation elsewhere waits for one step at most.
+  std::size_t released = 0;
+  for (;;) {
+    const std::size_t step = release_free(release_step_bytes, any_tick);
+    released += step;
+    if (step < release_step_bytes) return released;
+    lock_.pass_to_sleepers();
+  }
 }
 
-void pool_impl::after_operation(bool freed) {
+void pool_impl::after_operation(bool freed, stream_state& s) {
   const release_policy& policy = options_.release;
   if (policy.decay.count() > 0 && operations_since_clock_++ % operations_per_clock_read == 0) {
     // Ticks count from the first operation, so what it freed (tick 0) is as old as it really is.
@@ -169,12 +270,14 @@ void pool_impl::after_operation(bool freed) {
     const auto decay = static_cast<std::uint64_t>(policy.decay.count());
     if (tick_ >= last_decay_check_ + std::max<std::uint64_t>(decay / 4, 1) && tick_ >= decay) {
       last_decay_check_ = tick_;
+      cover_frees(s);
       settle_frees(false);
       (void)release_free(everything, tick_ - decay);
     }
   }
   if (!freed) return;
   if (policy.immediate) {
+    cover_frees(s);
     settle_frees(false);
     (void)release_free(everything, any_tick);
     return;
@@ -185,6 +288,7 @@ void pool_impl::after_operation(bool freed) {
     return;
   }
   if (cached <= trim_floor_) return;  // what is left above the limit cannot go back yet
+  cover_frees(s);
   settle_frees(false);
   (void)release_free(cached - policy.max_cached_bytes, any_tick);
   const std::size_t left = pages_.held_bytes() - in_use_;

@@ -3,19 +3,76 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "tidepool/errors.hpp"
 
 namespace tidepool::detail {
 
+std::uint64_t this_thread_key() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  // A counter, not the thread's id or the address of a thread-local: both come back for a later
+  // thread, which must not take over the state of a stream that died with the first one.
+  thread_local const std::uint64_t key = next.fetch_add(1, std::memory_order_relaxed);
+  return key;
+}
+
+stream_registry::key stream_registry::key_of(stream_t stream) noexcept {
+  const auto handle = reinterpret_cast<std::uintptr_t>(stream);
+  if (handle == legacy_stream_handle) return key{nullptr, 0};
+  if (handle == per_thread_stream_handle) return key{stream, this_thread_key()};
+  return key{stream, 0};
+}
+
+bool stream_registry::names(const stream_state& state, stream_t stream) noexcept {
+  const key k = key_of(stream);
+  return k.stream == state.stream && k.thread == state.thread;
+}
+
+stream_state* stream_registry::find_slow(stream_t stream) {
+  const auto it = by_key_.find(key_of(stream));
+  if (it == by_key_.end()) return nullptr;
+  last_ = it->second;
+  return last_;
+}
+
 stream_state& stream_registry::add(stream_t stream) {
+  const key k = key_of(stream);
+  std::uint32_t slot = 0;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(by_slot_.size());
+    by_slot_.emplace_back();
+  }
   auto state = std::make_unique<stream_state>();
-  state->stream = stream;
-  state->slot = static_cast<std::uint32_t>(states_.size()) + 1;
+  state->stream = k.stream;
+  state->thread = k.thread;
+  state->slot = slot;
   stream_state* raw = state.get();
-  states_.push_back(std::move(state));
-  by_stream_.emplace(stream, raw);
+  by_slot_[slot] = std::move(state);
+  by_key_.emplace(k, raw);
+  ++size_;
   last_ = raw;
   return *raw;
+}
+
+void stream_registry::retire(stream_state& state) {
+  if (state.retired) return;
+  by_key_.erase(key{state.stream, state.thread});
+  state.retired = true;
+  state.record_due = false;
+  if (last_ == &state) last_ = nullptr;
+}
+
+void stream_registry::recycle(stream_state& state) {
+  if (!state.retired) by_key_.erase(key{state.stream, state.thread});
+  if (last_ == &state) last_ = nullptr;
+  const std::uint32_t slot = state.slot;
+  by_slot_[slot].reset();
+  free_slots_.push_back(slot);
+  --size_;
 }
 
 event_t event_pool::acquire() {

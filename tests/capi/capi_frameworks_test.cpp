@@ -144,5 +144,31 @@ TEST_F(CApiFrameworks, CupyAllocatesOnTheCurrentStreamAndFreesOnTheAllocationStr
   ASSERT_EQ(tidepool_set_current_stream(0, nullptr), TIDEPOOL_SUCCESS);
 }
 
+// CuPy destroys a stream when it is collected, and may free arrays made there later (its garbage
+// collector): the Python package tells the library with tidepool_forget_stream, after which no
+// call names the handle, and a new stream under the same handle starts afresh.
+TEST_F(CApiFrameworks, CupyFreesAfterItsStreamWasDestroyedAndForgotten) {
+  auto& sim = use_small_sim();
+  const stream_t s = make_stream(sim, 0);
+  ASSERT_EQ(tidepool_set_current_stream(0, s), TIDEPOOL_SUCCESS);
+  void* first = tidepool_cupy_malloc(nullptr, 4 * MiB, 0);
+  void* array = tidepool_cupy_malloc(nullptr, 8 * MiB, 0);
+  ASSERT_NE(array, nullptr);
+  tidepool_cupy_free(nullptr, first, 0);  // the stream's event, while it is alive
+  sim.launch(0, s, 1000.0, reinterpret_cast<device_address>(array), 8 * MiB);
+  ASSERT_EQ(tidepool_set_current_stream(0, nullptr), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(sim.stream_destroy(0, s), driver_status::success);
+  EXPECT_EQ(tidepool_forget_stream(TIDEPOOL_ANY_DEVICE, s), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(tidepool_forget_stream(0, s), TIDEPOOL_SUCCESS) << "forgetting twice is harmless";
+  EXPECT_EQ(tidepool_forget_stream(3, s), TIDEPOOL_INVALID_DEVICE);
+  const std::uint64_t recorded = sim.call_counts().of(driver_call::event_record);
+  tidepool_cupy_free(nullptr, array, 0);
+  EXPECT_EQ(sim.call_counts().of(driver_call::event_record), recorded) << "a call named the destroyed stream";
+  EXPECT_EQ(device_pool(0).stats().live_allocations, 0u);
+  sim.run_until_idle();
+  EXPECT_GT(release_cached_memory(), 0u);
+  EXPECT_EQ(sim.unsafe_unmap_count(), 0u);
+}
+
 }  // namespace
 }  // namespace tidepool::testing

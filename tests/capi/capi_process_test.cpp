@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstddef>
 #include <cstdint>
 #include <thread>
@@ -145,6 +148,57 @@ TEST_F(CApiProcess, ReclaimHookEmptiesAnotherCacheSoTheAllocationSucceeds) {
   EXPECT_EQ(tidepool_add_reclaim_hook(&release_framework_cache, nullptr, nullptr),
             TIDEPOOL_INVALID_ARGUMENT);
   (void)sim;
+}
+
+// user_data may be freed as soon as tidepool_remove_reclaim_hook returns, even while another
+// thread was inside the hook when the removal began: the removal waits for that call.
+struct slow_hook_state {
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool entered = false;
+  bool open = false;
+  std::atomic<int> seen{0};
+};
+slow_hook_state slow_hook;
+
+std::size_t read_user_data_slowly(int, std::size_t, void* user_data) {
+  {
+    std::unique_lock lock(slow_hook.mutex);
+    slow_hook.entered = true;
+    slow_hook.changed.notify_all();
+    slow_hook.changed.wait(lock, [] { return slow_hook.open; });
+  }
+  slow_hook.seen = *static_cast<const int*>(user_data);  // after the removal began
+  return 0;
+}
+
+TEST_F(CApiProcess, UserDataMayBeFreedOnceTheRemovalReturns) {
+  use_small_sim();
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(MiB, 0, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);  // opens device 0
+  auto* data = new int(42);
+  int id = -1;
+  ASSERT_EQ(tidepool_add_reclaim_hook(&read_user_data_slowly, data, &id), TIDEPOOL_SUCCESS);
+  std::thread releaser([] { EXPECT_EQ(tidepool_release_cached_memory(nullptr), TIDEPOOL_SUCCESS); });
+  {
+    std::unique_lock lock(slow_hook.mutex);
+    slow_hook.changed.wait(lock, [] { return slow_hook.entered; });
+  }
+  std::thread remover([&] {
+    EXPECT_EQ(tidepool_remove_reclaim_hook(id), TIDEPOOL_SUCCESS);
+    *data = -1;  // what freeing it would leave behind
+    delete data;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a broken removal returns meanwhile
+  {
+    std::lock_guard lock(slow_hook.mutex);
+    slow_hook.open = true;
+    slow_hook.changed.notify_all();
+  }
+  remover.join();
+  releaser.join();
+  EXPECT_EQ(slow_hook.seen.load(), 42) << "the hook read user_data after its removal returned";
+  EXPECT_EQ(tidepool_deallocate(ptr, 0, nullptr), TIDEPOOL_SUCCESS);
 }
 
 TEST_F(CApiProcess, MultiDeviceFreeFromAThreadOnAnotherDevice) {

@@ -97,6 +97,101 @@ TEST_F(PoolStreams, FreesOfDifferentStreamsDoNotMerge) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
+// x and y adjacent, x held back by record_stream(x, c), y freed on another stream: when x's free
+// completes it merges with y. The merged block must become safe for every stream once both parts
+// are (it used to keep y's later free number in x's stream, which x's stream never reached).
+class PoolStreamsMerged : public ::testing::Test {
+ protected:
+  static pool_options no_stealing() {
+    pool_options options;
+    options.growth_slack = 1.0;  // growth makes new handles: x + y stay where they are
+    return options;
+  }
+  void SetUp() override {
+    for (stream_t* s : {&a, &b, &c}) ASSERT_EQ(sim->stream_create(0, s), driver_status::success);
+    x = p.allocate(2 * MiB, a);
+    y = p.allocate(2 * MiB, a);
+    above = p.allocate(2 * MiB, a);  // keeps y from joining free space above it
+    ASSERT_EQ(reinterpret_cast<device_address>(y), reinterpret_cast<device_address>(x) + 2 * MiB);
+    p.record_stream(x, c);
+    sim->launch(0, c, 1000.0, reinterpret_cast<device_address>(x), 2 * MiB);
+    p.deallocate(x, a);
+    p.deallocate(y, b);
+    other = p.allocate(8 * MiB, a);  // a slow path on a
+    sim->advance(1500.0);            // c's work is done
+  }
+  std::shared_ptr<sim_driver> sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p{sim, 0, no_stealing()};
+  stream_t a = nullptr;
+  stream_t b = nullptr;
+  stream_t c = nullptr;
+  void* x = nullptr;
+  void* y = nullptr;
+  void* above = nullptr;
+  void* other = nullptr;
+};
+
+TEST_F(PoolStreamsMerged, ReleaseReturnsTheMergedBlock) {
+  EXPECT_EQ(p.release(), 4 * MiB) << "x + y";
+  EXPECT_EQ(p.stats().mapped_bytes, 10 * MiB);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
+TEST_F(PoolStreamsMerged, AnotherStreamReusesTheMergedBlock) {
+  void* both = p.allocate(4 * MiB, b);
+  EXPECT_EQ(both, x) << "x + y, safe for every stream, serve a request on b";
+  EXPECT_EQ(p.stats().driver.of(driver_call::device_synchronize), 0u);
+  p.deallocate(both, b);
+}
+
+TEST_F(PoolStreamsMerged, OutOfMemoryReportIsConsistent) {
+  // Fill the device: what is left is x + y (and less than a granule).
+  const std::size_t free_now = sim->memory_info(0).free;
+  void* filler = p.allocate(free_now - free_now % (2 * MiB), b);
+  void* both = nullptr;
+  try {
+    both = p.allocate(4 * MiB, b);
+  } catch (const out_of_memory& e) {
+    FAIL() << "4 MiB refused: " << e.what();
+  }
+  EXPECT_EQ(both, x);
+  p.deallocate(both, b);
+  p.deallocate(filler, b);
+}
+
+// The other order: x's free completes (c is done) while a's own work on x is still queued, so x
+// joins a's free list and merges there with y, already free for every stream. Once a's work is
+// done the merged block must reach every stream (it used to carry y's later free number, which
+// a's event never covered).
+TEST(PoolStreamsMergedLater, MergedBlockReachesEveryStreamWithItsOwnStreamsEvent) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool_options options;
+  options.growth_slack = 1.0;
+  pool p(sim, 0, options);
+  stream_t a = nullptr;
+  stream_t b = nullptr;
+  stream_t c = nullptr;
+  for (stream_t* s : {&a, &b, &c}) ASSERT_EQ(sim->stream_create(0, s), driver_status::success);
+  void* x = p.allocate(2 * MiB, a);
+  void* y = p.allocate(2 * MiB, a);
+  void* above = p.allocate(2 * MiB, a);
+  ASSERT_EQ(reinterpret_cast<device_address>(y), reinterpret_cast<device_address>(x) + 2 * MiB);
+  p.record_stream(x, c);
+  sim->launch(0, c, 1000.0, reinterpret_cast<device_address>(x), 2 * MiB);
+  sim->launch(0, a, 2000.0, reinterpret_cast<device_address>(x), 2 * MiB);
+  p.deallocate(x, a);
+  p.deallocate(y, b);
+  void* first = p.allocate(8 * MiB, b);  // a slow path: y becomes free for every stream
+  sim->advance(1500.0);                  // c is done, a is not
+  void* other = p.allocate(8 * MiB, b);  // another: x's free completes, x joins a's list and y
+  sim->advance(1000.0);                  // a is done
+  void* both = p.allocate(4 * MiB, b);
+  EXPECT_EQ(both, x) << "x + y, safe for every stream once a's event completed, serve b";
+  EXPECT_EQ(p.stats().driver.of(driver_call::device_synchronize), 0u);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  for (void* ptr : {both, first, other, above}) p.deallocate(ptr, b);
+}
+
 // A program may destroy a stream it freed memory on before release() or the pool's end: the pool
 // then waits for the device, never records on the stream (a crash on the real driver).
 TEST(PoolStreamsDestroyed, ReleaseAfterTheStreamIsGone) {

@@ -2,6 +2,8 @@
 // synchronization, and mem_free waiting for all of a device's queued work.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "device/sim_test_support.hpp"
 #include "tidepool/errors.hpp"
 
@@ -159,6 +161,50 @@ TEST_F(SimStreams, BadTimesAreRefused) {
   EXPECT_THROW(sim.launch(0, nullptr, -5.0), error);
   EXPECT_THROW(sim.launch(3, nullptr, 5.0), error);
   EXPECT_DOUBLE_EQ(sim.now(), 0.0);
+}
+
+// CUDA's special handles: CU_STREAM_LEGACY (0x1) is the default stream, CU_STREAM_PER_THREAD (0x2)
+// the calling thread's own stream, so work one thread queues there does not delay another's.
+TEST_F(SimStreams, LegacyAndPerThreadHandles) {
+  const auto legacy = reinterpret_cast<stream_t>(std::uintptr_t{1});
+  const auto per_thread = reinterpret_cast<stream_t>(std::uintptr_t{2});
+  EXPECT_TRUE(sim.stream_on_device(legacy, 0));
+  EXPECT_TRUE(sim.stream_on_device(per_thread, 1));
+  EXPECT_EQ(sim.stream_destroy(0, per_thread), driver_status::invalid_value);
+  sim.launch(0, legacy, 100.0);
+  const event_t on_default = new_event(0);
+  ASSERT_EQ(sim.event_record(0, on_default, nullptr), driver_status::success);
+  EXPECT_EQ(sim.event_query(0, on_default), driver_status::not_ready) << "0x1 and nullptr are one stream";
+
+  sim.launch(0, per_thread, 500.0);
+  const event_t here = new_event(0);
+  const event_t there = new_event(0);
+  ASSERT_EQ(sim.event_record(0, here, per_thread), driver_status::success);
+  std::thread other([&] { EXPECT_EQ(sim.event_record(0, there, per_thread), driver_status::success); });
+  other.join();
+  EXPECT_EQ(sim.event_query(0, there), driver_status::success) << "another thread's stream is idle";
+  EXPECT_EQ(sim.event_query(0, here), driver_status::not_ready);
+  sim.advance(500.0);
+  EXPECT_EQ(sim.event_query(0, here), driver_status::success);
+}
+
+TEST(SimStreamHandles, ReusedWhenAsked) {
+  sim_config config = small_machine(1);
+  config.reuse_stream_handles = true;
+  sim_driver sim(config);
+  stream_t a = nullptr;
+  stream_t b = nullptr;
+  ASSERT_EQ(sim.stream_create(0, &a), driver_status::success);
+  sim.launch(0, a, 100.0);
+  ASSERT_EQ(sim.stream_destroy(0, a), driver_status::success);
+  ASSERT_EQ(sim.stream_create(0, &b), driver_status::success);
+  EXPECT_EQ(b, a) << "the destroyed stream's handle names the new stream";
+  event_t e = nullptr;
+  ASSERT_EQ(sim.event_create(0, &e), driver_status::success);
+  ASSERT_EQ(sim.event_record(0, e, b), driver_status::success);
+  EXPECT_EQ(sim.event_query(0, e), driver_status::success) << "the new stream starts idle";
+  EXPECT_EQ(sim.device_synchronize(0), driver_status::success);
+  EXPECT_GE(sim.now(), 100.0) << "the old stream's work still held the device";
 }
 
 }  // namespace

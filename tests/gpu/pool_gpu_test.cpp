@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "gpu_test.hpp"
@@ -421,6 +422,85 @@ TEST(PoolOnGpu, ReportsOutOfMemoryOnlyWhenNothingIsLeft) {
   p.deallocate(small);
   p.release();
   for (CUdeviceptr x : others) cu().cuMemFree(x);
+}
+
+// A pool call on a thread that had no current context leaves it with none: the primary context is
+// pushed and popped around each driver call, never set.
+TEST(PoolOnGpu, CallsLeaveAThreadWithoutAContextWithoutOne) {
+  TIDEPOOL_REQUIRE_GPU();
+  auto drv = make_cuda_driver();
+  pool p(drv, 0);
+  std::thread([&] {
+    CUcontext current = nullptr;
+    check(cu().cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+    ASSERT_EQ(current, nullptr) << "a new thread starts with no context";
+    void* x = p.allocate(64 * MiB);
+    p.deallocate(x);
+    (void)p.available_bytes();
+    (void)p.release();
+    check(cu().cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+    EXPECT_EQ(current, nullptr) << "a pool call left the primary context current";
+  }).join();
+}
+
+// Streams destroyed with work still queued, then misses on another stream: the pool never names a
+// destroyed stream (recording an event on one is a use after free in the driver). Half the rounds
+// tell the pool (forget_stream) and free a block of the stream after its destruction.
+TEST(PoolOnGpu, MissesAfterStreamsWithQueuedWorkWereDestroyed) {
+  TIDEPOOL_REQUIRE_GPU();
+  auto drv = make_cuda_driver();
+  gpu_test::make_current(*drv);
+  gpu_test::stream_occupier occupier;
+  pool p(drv, 0);
+  stream_t other = nullptr;
+  ASSERT_EQ(drv->stream_create(0, &other), driver_status::success);
+  for (int round = 0; round < 20; ++round) {
+    stream_t s = nullptr;
+    ASSERT_EQ(drv->stream_create(0, &s), driver_status::success);
+    void* x = p.allocate(8 * MiB, s);
+    void* kept = p.allocate(4 * MiB, s);
+    occupier.occupy(reinterpret_cast<CUstream>(s), 20);
+    p.deallocate(x, s);
+    const bool told = round % 2 == 0;
+    if (!told) p.deallocate(kept, s);
+    ASSERT_EQ(drv->stream_destroy(0, s), driver_status::success);
+    if (told) {
+      p.forget_stream(s);
+      p.deallocate(kept, s);  // a garbage collector freeing after the destruction
+    }
+    void* big = p.allocate(static_cast<std::size_t>(64 + round) * MiB, other);  // a miss
+    p.deallocate(big, other);
+  }
+  check(cu().cuCtxSynchronize(), "cuCtxSynchronize");
+  EXPECT_EQ(p.stats().live_allocations, 0u);
+  EXPECT_GT(p.release(), 0u);  // a device-wide wait: frees no event covered become safe too
+  EXPECT_LE(p.stats().streams, 2u) << "the destroyed streams' slots were recycled";
+  EXPECT_EQ(drv->stream_destroy(0, other), driver_status::success);
+}
+
+// CU_STREAM_PER_THREAD is each thread's own stream: a block freed there by one thread, with its
+// work still running, does not go to another thread's per-thread stream.
+TEST(PoolOnGpu, PerThreadDefaultStreamsAreDistinct) {
+  TIDEPOOL_REQUIRE_GPU();
+  auto drv = make_cuda_driver();
+  gpu_test::make_current(*drv);
+  gpu_test::stream_occupier occupier;  // outlives the work it queues
+  pool p(drv, 0);
+  const auto per_thread = reinterpret_cast<stream_t>(CU_STREAM_PER_THREAD);
+  void* first = nullptr;
+  std::thread([&] {
+    gpu_test::make_current(*drv);
+    first = p.allocate(2 * MiB, per_thread);
+    occupier.occupy(CU_STREAM_PER_THREAD, 300);
+    p.deallocate(first, per_thread);
+  }).join();
+  void* second = nullptr;
+  std::thread([&] {
+    second = p.allocate(2 * MiB, per_thread);
+    p.deallocate(second, per_thread);
+  }).join();
+  EXPECT_NE(second, first) << "another thread's per-thread stream got a block still in use";
+  check(cu().cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
 }  // namespace

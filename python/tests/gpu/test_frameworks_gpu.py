@@ -38,6 +38,14 @@ def test_release_hands_back_exactly_two_gib(mode):
     assert r["after"] == r["start"]
 
 
+def test_cupy_streams_destroyed_while_their_arrays_live():
+    require("cupy")
+    r = run_workload("cupy_streams.py")
+    assert r["rounds"] == 50
+    assert r["live_allocations"] == 0
+    assert r["released"] > 0
+
+
 def test_memory_freed_by_torch_serves_cupy():
     require("torch", "cupy", "pynvml")
     r = run_workload("shared_memory.py")

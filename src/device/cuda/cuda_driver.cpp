@@ -10,19 +10,17 @@
 namespace tidepool::detail {
 namespace {
 
-// Makes `context` current for the life of the guard. A thread with no context keeps it
-// afterwards (as cudaSetDevice would leave it); a thread with another context gets its own back.
+// Makes `context` current for the life of the guard, and puts back what the thread had: its own
+// context, or none. A pool call must not leave the primary context current on a thread that had
+// none (a later cudaSetDevice-free CUDA call there would silently run on it, and a thread meant
+// to stay off the GPU would look as if it used one), so it is pushed and popped, never set.
 class context_guard {
  public:
   context_guard(const cuda_api& api, CUcontext context) : api_(api) {
     CUcontext current = nullptr;
     api_.cuCtxGetCurrent(&current);
     if (current == context) return;
-    if (current == nullptr) {
-      api_.cuCtxSetCurrent(context);
-    } else {
-      pushed_ = api_.cuCtxPushCurrent(context) == CUDA_SUCCESS;
-    }
+    pushed_ = api_.cuCtxPushCurrent(context) == CUDA_SUCCESS;
   }
   ~context_guard() {
     if (!pushed_) return;

@@ -80,8 +80,10 @@ bool sim_state::fits(const sim_device& device, std::size_t bytes) const noexcept
   return device.capacity_limit >= limited && bytes <= device.capacity_limit - limited;
 }
 
-double* sim_state::stream_tail(sim_device& device, stream_t stream) noexcept {
-  if (stream == nullptr) return &device.default_stream_tail;
+double* sim_state::stream_tail(sim_device& device, stream_t stream) {
+  const auto handle = reinterpret_cast<std::uintptr_t>(stream);
+  if (handle == 0 || handle == legacy_stream_handle) return &device.default_stream_tail;
+  if (handle == per_thread_stream_handle) return &device.per_thread_tails[std::this_thread::get_id()];
   const auto found = device.stream_tails.find(stream);
   return found == device.stream_tails.end() ? nullptr : &found->second;
 }

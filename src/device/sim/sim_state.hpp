@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -89,6 +90,10 @@ struct sim_device {
   std::unordered_map<physical_handle, sim_handle> handles;
   std::unordered_map<stream_t, double> stream_tails;  ///< created streams -> when their work ends
   double default_stream_tail = 0;
+  /// CU_STREAM_PER_THREAD: each thread's own default stream, made on first use.
+  std::map<std::thread::id, double> per_thread_tails;
+  /// Handles of destroyed streams, the last one at the back (sim_config::reuse_stream_handles).
+  std::vector<stream_t> destroyed_streams;
   std::vector<sim_queued_work> queued_work;
   double busy_until = 0;  ///< when every stream of the device is idle
 
@@ -103,6 +108,10 @@ struct sim_event {
   int device = 0;
   double completes_at = 0;
 };
+
+/// CUDA's special stream handles: the legacy default stream and the calling thread's default stream.
+inline constexpr std::uintptr_t legacy_stream_handle = 0x1;      // CU_STREAM_LEGACY
+inline constexpr std::uintptr_t per_thread_stream_handle = 0x2;  // CU_STREAM_PER_THREAD
 
 /// What a call requires of its device beyond a valid ordinal.
 enum class call_needs : std::uint8_t { valid_device, context, virtual_memory };
@@ -125,8 +134,9 @@ class sim_state {
   [[nodiscard]] std::size_t free_bytes(const sim_device& device) const noexcept;
   /// Whether `bytes` more of handles or plain allocations fit (capacity and injected limit).
   [[nodiscard]] bool fits(const sim_device& device, std::size_t bytes) const noexcept;
-  /// The tail time of `stream` on `device` (nullptr: the default stream); nullptr if unknown there.
-  [[nodiscard]] double* stream_tail(sim_device& device, stream_t stream) noexcept;
+  /// The tail time of `stream` on `device` (nullptr or CU_STREAM_LEGACY: the default stream;
+  /// CU_STREAM_PER_THREAD: the calling thread's stream); nullptr if unknown there.
+  [[nodiscard]] double* stream_tail(sim_device& device, stream_t stream);
   /// Whether queued work not yet complete touches [address, address + bytes). Drops completed work.
   [[nodiscard]] bool queued_work_touches(sim_device& device, device_address address, std::size_t bytes);
   /// A fresh non-null token for a stream or event pointer; encodes `device` in its low 20 bits.

@@ -4,8 +4,9 @@
 // work after the tail; an event captures the tail when recorded and has completed once the clock
 // reaches it; waiting and synchronizing move tails and the clock forward. Nothing runs by itself:
 // the clock moves only through advance(), run_until_idle() and the synchronizing calls, so event
-// completion in tests is deterministic. The default stream (nullptr) is one more stream per device
-// (its legacy implicit synchronization with other streams is not modelled).
+// completion in tests is deterministic. The default stream (nullptr, or CU_STREAM_LEGACY) is one
+// more stream per device (its legacy implicit synchronization with other streams is not modelled);
+// CU_STREAM_PER_THREAD names the calling thread's own stream, as in CUDA.
 #include <algorithm>
 #include <cmath>
 
@@ -46,8 +47,17 @@ driver_status sim_driver::stream_create(int device, stream_t* out) {
                                        detail::call_needs::context);
   if (status != driver_status::success) return status;
   if (out == nullptr) return driver_status::invalid_value;
-  const stream_t stream = as_stream(state.make_token(device));
-  state.devices[static_cast<std::size_t>(device)].stream_tails.emplace(stream, 0.0);
+  detail::sim_device& target = state.devices[static_cast<std::size_t>(device)];
+  stream_t stream = nullptr;
+  if (state.config.reuse_stream_handles && !target.destroyed_streams.empty()) {
+    stream = target.destroyed_streams.back();
+    target.destroyed_streams.pop_back();
+  } else {
+    stream = as_stream(state.make_token(device));
+  }
+  // A new stream starts idle, whatever the handle's last owner left queued (that work still holds
+  // the device busy until it completes).
+  target.stream_tails.emplace(stream, 0.0);
   *out = stream;
   return driver_status::success;
 }
@@ -59,15 +69,17 @@ driver_status sim_driver::stream_destroy(int device, stream_t stream) {
                                        detail::call_needs::context);
   if (status != driver_status::success) return status;
   // Work already queued still completes (the device's busy time keeps it); only the name goes.
-  auto& streams = state.devices[static_cast<std::size_t>(device)].stream_tails;
-  return streams.erase(stream) == 1 ? driver_status::success : driver_status::invalid_value;
+  detail::sim_device& target = state.devices[static_cast<std::size_t>(device)];
+  if (target.stream_tails.erase(stream) != 1) return driver_status::invalid_value;
+  if (state.config.reuse_stream_handles) target.destroyed_streams.push_back(stream);
+  return driver_status::success;
 }
 
 bool sim_driver::stream_on_device(stream_t stream, int device) {
   std::lock_guard lock(state_->mutex);
   detail::sim_state& state = *state_;
   if (!state.valid_device(device)) return false;
-  return stream == nullptr || state.devices[static_cast<std::size_t>(device)].stream_tails.contains(stream);
+  return state.stream_tail(state.devices[static_cast<std::size_t>(device)], stream) != nullptr;
 }
 
 driver_status sim_driver::event_create(int device, event_t* out) {
