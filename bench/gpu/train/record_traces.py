@@ -16,7 +16,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -178,17 +177,7 @@ def launch(args):
             if args.steps is not None:
                 command += ["--steps", str(args.steps)]
             env = catalog.child_environment(os.environ, "default", PYTHON_ROOT)
-            timed_out, returncode = False, None
-            with open(log_path, "w") as log:
-                try:
-                    returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                timeout=args.timeout).returncode
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-            with open(log_path, errors="replace") as log:
-                result = None if timed_out else report.parse_result(log.read())
-            if result is None:
-                result = report.failed_run(name, "default", returncode, timed_out, args.timeout, log_path)
+            result = report.run_child(command, env, log_path, args.timeout, name, "default")
             print(describe(result) + f" [{time.monotonic() - start:.0f} s]", flush=True)
             if not complete(result):
                 status = 1

@@ -3,6 +3,7 @@ worker prints, the record of a child that printed none, and the tables the launc
 
 import json
 import math
+import subprocess
 
 FIRST_STEPS = 10  # "time of the first 10 steps": what a short job or a restart pays
 GiB = 1 << 30
@@ -120,3 +121,20 @@ def table(results):
         lines.append("  ".join(v.ljust(w) if i < 2 else v.rjust(w)
                                for i, (v, w) in enumerate(zip(row, widths))).rstrip())
     return "\n".join(lines + notes)
+
+
+def run_child(command, env, log_path, timeout, workload, allocator):
+    """Runs one child process with its output in `log_path` and returns its result line, or a
+    failed_run record when it timed out, crashed or printed none."""
+    timed_out, returncode = False, None
+    with open(log_path, "w") as log:
+        try:
+            returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    with open(log_path, errors="replace") as log:
+        result = None if timed_out else parse_result(log.read())
+    if result is None:
+        result = failed_run(workload, allocator, returncode, timed_out, timeout, log_path)
+    return result

@@ -18,7 +18,6 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
@@ -245,17 +244,7 @@ def run_child(workload, allocator, args, log_path):
     for option in args.tidepool_option:
         command += ["--tidepool-option", option]
     env = catalog.child_environment(os.environ, allocator, PYTHON_ROOT)
-    timed_out, returncode = False, None
-    with open(log_path, "w") as log:
-        try:
-            returncode = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        timeout=args.timeout).returncode
-        except subprocess.TimeoutExpired:
-            timed_out = True
-    with open(log_path, errors="replace") as log:
-        result = None if timed_out else report.parse_result(log.read())
-    if result is None:
-        result = report.failed_run(workload, allocator, returncode, timed_out, args.timeout, log_path)
+    result = report.run_child(command, env, log_path, args.timeout, workload, allocator)
     return result
 
 
