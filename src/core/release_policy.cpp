@@ -68,7 +68,7 @@ bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool over
   }
   s.events[s.in_flight++] = stream_event{e, watermark};
   s.covered = watermark;
-  s.record_due = s.in_flight < stream_state::max_events;
+  s.record_due = false;  // one event per settling at a free: the next settle makes room and asks again
   return true;
 }
 
