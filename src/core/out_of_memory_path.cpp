@@ -45,7 +45,9 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
     if (options_.byte_cap != everything) creatable = std::min(creatable, held < options_.byte_cap ? options_.byte_cap - held : 0);
     if (creatable >= need) return true;
-    std::size_t reachable = 0;
+    // Whole free handles (what stealing or releasing can reach), and the free block growth may
+    // extend (its granules shared with live neighbours are not whole handles): an upper bound.
+    std::size_t reachable = where.largest_free_block();
     for (const auto& a : arenas_) reachable += a->whole_free_handle_bytes();
     if (reachable < need - creatable) return false;
     (void)release_free(need - creatable, any_tick);

@@ -190,6 +190,8 @@ class pool_impl {
   /// free segments) until `want` bytes went back (at_most: never more than `want`), from arena
   /// `only` if given, else from all; returns the bytes handed back.
   std::size_t release_free(std::size_t want, std::uint64_t freed_by, arena* only = nullptr, bool at_most = false);
+  /// release_free in steps of 64 MiB, passing the lock to sleeping waiters between them.
+  std::size_t release_in_steps(std::size_t want, std::uint64_t freed_by);
   // Automatic release after an allocation or a free (`freed`) on stream `s`.
   void after_operation(bool freed, stream_state& s);
 

@@ -69,7 +69,7 @@ bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool over
   }
   s.events[s.in_flight++] = stream_event{e, watermark};
   s.covered = watermark;
-  s.record_due = s.in_flight < stream_state::max_events;
+  s.record_due = false;  // one event per settling at a free: the next settle makes room and asks again
   return true;
 }
 
@@ -248,20 +248,27 @@ std::size_t pool_impl::release() {
   std::lock_guard guard(lock_);
   settle_frees(true);
   trim_floor_ = 0;
+  return release_in_steps(everything, any_tick);
+}
+
+std::size_t pool_impl::release_in_steps(std::size_t want, std::uint64_t freed_by) {
   // Handing back GiBs takes tens of milliseconds of unmap and release calls (about 10 ms per GiB
   // on the H200): in steps, passing the lock to waiting threads between them, so a cached
   // allocation elsewhere waits for one step at most.
   std::size_t released = 0;
-  for (;;) {
-    const std::size_t step = release_free(release_step_bytes, any_tick);
+  while (released < want) {
+    const std::size_t ask = std::min(release_step_bytes, want - released);
+    const std::size_t step = release_free(ask, freed_by);
     released += step;
-    if (step < release_step_bytes) return released;
+    if (step < ask) break;  // nothing more to hand back
     lock_.pass_to_sleepers();
   }
+  return released;
 }
 
 void pool_impl::after_operation(bool freed, stream_state& s) {
   const release_policy& policy = options_.release;
+  const stream_hold hold(s);  // releasing passes the lock to waiters, whose slow paths recycle slots
   if (policy.decay.count() > 0 && operations_since_clock_++ % operations_per_clock_read == 0) {
     // Ticks count from the first operation, so what it freed (tick 0) is as old as it really is.
     const std::uint64_t now = milliseconds_now(policy);
@@ -272,14 +279,14 @@ void pool_impl::after_operation(bool freed, stream_state& s) {
       last_decay_check_ = tick_;
       cover_frees(s);
       settle_frees(false);
-      (void)release_free(everything, tick_ - decay);
+      (void)release_in_steps(everything, tick_ - decay);
     }
   }
   if (!freed) return;
   if (policy.immediate) {
     cover_frees(s);
     settle_frees(false);
-    (void)release_free(everything, any_tick);
+    (void)release_in_steps(everything, any_tick);
     return;
   }
   const std::size_t cached = pages_.held_bytes() - in_use_;
@@ -290,7 +297,7 @@ void pool_impl::after_operation(bool freed, stream_state& s) {
   if (cached <= trim_floor_) return;  // what is left above the limit cannot go back yet
   cover_frees(s);
   settle_frees(false);
-  (void)release_free(cached - policy.max_cached_bytes, any_tick);
+  (void)release_in_steps(cached - policy.max_cached_bytes, any_tick);
   const std::size_t left = pages_.held_bytes() - in_use_;
   trim_floor_ = left > policy.max_cached_bytes ? left + pages_.granularity() : 0;
 }

@@ -12,12 +12,13 @@
 // stream is collected), and recording on a destroyed stream is a use after free in CUDA. An event
 // recorded before the destruction stays valid and completes with the stream's work
 // (cuStreamDestroy lets queued work finish), so slow paths only query events. So that recording
-// stays rare, a stream has at most two events in flight: a free records one while there is room
-// (so a stream's first two frees after its events settled are covered at once), and so does an
-// allocation on it while frees no event covers remain (a miss on it records its newest event again
-// if two are in flight); settling makes room again. Frees that no
-// event covers (a stream destroyed right after a burst of frees) reach every stream at the next
-// device-wide wait: release(), the out-of-memory path, the destructor.
+// stays rare (an event record costs about 1.5 us on the GPU), a stream has at most two events in
+// flight, and records: at its first free after its events settled (so a free followed by no
+// other call on the stream still reaches other streams), at an allocation while frees no event
+// covers remain and there is room, and at a miss on it (recording its newest event again if two
+// are in flight: its own frees must be within reach of growth). Frees that no event covers (a
+// stream destroyed right after a burst of frees) reach every stream at the next device-wide wait:
+// release(), the out-of-memory path, the destructor.
 //
 // Identity: a handle names one stream, except CU_STREAM_LEGACY (0x1: the default stream, as nullptr)
 // and CU_STREAM_PER_THREAD (0x2: each thread's own stream, so its state is kept per thread). A
@@ -63,7 +64,7 @@ struct stream_state {
   stream_t stream = nullptr;     ///< the handle events are recorded on (0x2: the thread's own stream)
   std::uint64_t thread = 0;      ///< CU_STREAM_PER_THREAD: this_thread_key() of its thread; else 0
   std::uint32_t slot = 0;        ///< index of its free lists in every arena (>= 1)
-  bool record_due = true;        ///< room for another event: its next free (or allocation, with frees uncovered) records one
+  bool record_due = true;        ///< its events settled: its next free (or allocation, with frees uncovered) records one
   bool retired = false;          ///< forgotten: never named to the driver again, found by no handle
   /// The last block freed on this stream, not yet coalesced: the next request of exactly its size
   /// on this stream takes it back without touching a free index (the same-size pair in a loop).

@@ -203,7 +203,7 @@ TEST(PoolStreamLifetime, AllocationOnADestroyedStreamIsRefused) {
   void* a = p.allocate(2 * MiB, s);
   void* b = p.allocate(2 * MiB, s);
   void* c = p.allocate(2 * MiB, s);
-  for (void* ptr : {a, b, c}) p.deallocate(ptr, s);  // two events, the last free uncovered
+  for (void* ptr : {a, b, c}) p.deallocate(ptr, s);  // an event, the later frees uncovered
   void* other = p.allocate(64 * MiB, t);             // a miss settles the events
   ASSERT_EQ(sim->stream_destroy(0, s), driver_status::success);
   const pool_stats before = p.stats();
