@@ -83,13 +83,13 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
-// Exact release with large handles: requests from 1 MiB to 256 MiB (the huge regions map handles
-// of up to 4 granules, re-mapped on granules where a block's edge would cut one), freed on two
-// streams with work queued, the growth budget tight or loose. After every release() the driver
-// holds exactly the granules live blocks touch.
+// Exact release with large handles: requests from 1 MiB to 256 MiB (the large regions map handles
+// of up to 64 MiB, split where a block would pin a small part of one), freed on two streams with
+// work queued, the growth budget tight or loose. After every release() the driver holds exactly
+// the handles live blocks touch (a handle goes back whole or not at all).
 class PoolRandomRelease : public ::testing::TestWithParam<unsigned> {};
 
-TEST_P(PoolRandomRelease, HeldAfterReleaseIsTheGranulesLiveBlocksTouch) {
+TEST_P(PoolRandomRelease, HeldAfterReleaseIsTheHandlesLiveBlocksTouch) {
   const unsigned seed = GetParam();
   auto sim = std::make_shared<sim_driver>(small_device(4096 * MiB));
   pool_options options;
@@ -124,7 +124,7 @@ TEST_P(PoolRandomRelease, HeldAfterReleaseIsTheGranulesLiveBlocksTouch) {
       (void)p.release();
       ++releases;
       EXPECT_EQ(sim->physical_bytes(0), checker.live_handle_bytes())
-          << "after release(): held is the granules live blocks touch (seed " << seed << ", op " << op << ")";
+          << "after release(): held is the handles live blocks touch (seed " << seed << ", op " << op << ")";
     }
     checker.check();
     if (::testing::Test::HasFailure()) {
