@@ -1,6 +1,7 @@
 """Measures what one cudaMalloc (cuMemAlloc) of each size holds on a GPU: for each size, N
 allocations, the drop in cuMemGetInfo's free memory divided by N, then frees them. The figures
-behind the `exact` baseline's rule (src/replay/exact_allocator.cpp, docs/RESULTS.md, section 5).
+behind the rule the `exact` and `cupy` baselines follow (modelled in the simulated driver,
+src/device/sim/cuda_malloc_rule.hpp; docs/RESULTS.md, section 5).
 
     python3 tools/measure_cudamalloc_footprint.py      # on a machine with a GPU; ctypes only
 
