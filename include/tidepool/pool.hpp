@@ -60,7 +60,7 @@ struct pool_options {
   /// Growth budget: new physical memory is created freely while held + need stays within
   /// (1 + growth_slack) * max(peak in use, in use + need); beyond it, free handles cached
   /// elsewhere in the pool are unmapped and moved under the request instead (stealing: no more
-  /// memory held, but an unmap, a map and a set-access per handle moved, about 40 us on an H200).
+  /// memory held, but an unmap, a map and a set-access per handle moved; docs/DESIGN.md has their cost).
   /// The budget is fixed: it never widens by itself. The default, 0.1, is above what a training
   /// loop's own fragmentation needs, so a loop settles with no driver call at all; smaller values
   /// hold less and pay driver calls in every step (the measured frontier is in docs/RESULTS.md).

@@ -4,8 +4,8 @@
 // Keeping kinds apart is what stops retention: a small or persistent block is never carved from a
 // freed scratch region, so it never pins one (DESIGN 1.1). All requests of a granule's half or
 // more share one large arena: blocks of every size fill each other's holes, as in one expandable
-// segment (a separate arena for the largest requests held 1.19x on GPT-2 where one arena holds
-// 1.07x). Within an arena:
+// segment (a separate arena for the largest requests fragments on its own: docs/RESULTS.md,
+// section 0). Within an arena:
 //  - free blocks with every page mapped sit in a free index per stream slot (slot 0: any stream);
 //    take() and give_back() are the fast path: split, coalesce, no driver call in the common case
 //    (requests of a granule or more are placed by placement.cpp, which may split a large handle);
@@ -263,7 +263,6 @@ class arena {
   };
 
   static constexpr unsigned max_room_scan = 64;
-  static constexpr unsigned max_placement_scan = 32;  // handle boundaries tried by place()
   // take_placed() extends a smaller free block when the best fit wastes more than 1/16 of the
   // request and the extension maps at most that much (placement.cpp).
   static constexpr std::size_t extension_divisor = 16;

@@ -3,9 +3,9 @@
 // Handle size. The driver's cost is per handle, not per byte (DESIGN 2a: create, map, set access
 // and unmap cost about the same from 2 to 64 MiB), so growth in the large arenas maps as few
 // handles as it can: each as large as what is left to map, up to max_large_handle_granules
-// (64 MiB; beyond it a handle saves at most 0.4 ms per GiB of growth and makes release and
-// stealing coarser). Small arenas use the granularity: small blocks share pages, and a page goes
-// back only when none of them is live. How large handles are split when a block would pin a
+// (64 MiB; beyond it a handle saves little driver time and makes release and stealing coarser:
+// the H200 figures are in docs/DESIGN.md). Small arenas use the granularity: small blocks share
+// pages, and a page goes back only when none of them is live. How large handles are split when a block would pin a
 // small part of one is placement.cpp's; the measured alternatives are in docs/RESULTS.md.
 #include "core/page_table.hpp"
 

@@ -5,7 +5,6 @@
 // and it lets the free index count sizes in 512-byte units.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -23,11 +22,6 @@ inline constexpr std::size_t mib = std::size_t{1} << 20;
 /// `value` rounded down to a multiple of `multiple` (any non-zero value).
 [[nodiscard]] constexpr std::size_t round_down(std::size_t value, std::size_t multiple) noexcept {
   return value / multiple * multiple;
-}
-
-/// The largest power of two not above `value` (value > 0).
-[[nodiscard]] constexpr std::size_t floor_pow2(std::size_t value) noexcept {
-  return std::bit_floor(value);
 }
 
 }  // namespace tidepool::detail
