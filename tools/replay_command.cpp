@@ -29,6 +29,7 @@ struct replay_settings {
   bool json = false;
   unsigned passes = 1;
   double growth_slack = tidepool::pool_options{}.growth_slack;
+  double gpu_lag_ms = 0.0;
 };
 
 // Progress on stderr, only when it is a terminal and the trace is long enough to wait for.
@@ -76,6 +77,7 @@ void run_replay(const replay_settings& settings) {
       replay::replay_options options;
       options.passes = settings.passes;
       options.tidepool_options.growth_slack = settings.growth_slack;
+      options.gpu_lag_us = settings.gpu_lag_ms * 1000.0;
       const std::string what = fmt::format("replaying {} with {}", t.name, name);
       options.progress = [&progress, &what](std::size_t done, std::size_t total) { progress.show(what, done, total); };
       results.push_back(replay::replay_trace(t, name, make_driver(settings.device), options));
@@ -122,6 +124,12 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   command
       ->add_option("--growth-slack", settings->growth_slack,
                    "tidepool's pool_options::growth_slack (held memory allowed above peak in use before stealing)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  command
+      ->add_option("--gpu-lag-ms", settings->gpu_lag_ms,
+                   "sim only: how far the GPU runs behind the program (each row's work completes this long "
+                   "after it, on the trace's clock), as in a loop that queues kernels ahead of a busy GPU")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
 

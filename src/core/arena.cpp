@@ -114,13 +114,14 @@ driver_status arena::reserve_range(std::size_t at_least, block*& space) {
   return driver_status::success;
 }
 
-driver_status arena::open_window(std::size_t bytes, window& w) {
+driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& w) {
   const std::size_t g = pages_.granularity();
-  // A free block below the room take_placed() chose to extend may belong to the request's stream.
-  std::uint32_t below_slot = 0;
-  auto free_neighbour = [&below_slot](block* b) {
-    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == below_slot) ? b
-                                                                                                              : nullptr;
+  // A neighbour freed on the request's own stream joins as well as one free for every stream: work
+  // queued later on that stream runs after the work that used it. Joining only blocks free for
+  // every stream made growth depend on how far the GPU runs behind: a block freed a moment ago
+  // is its stream's until an event completes, so growth mapped beside it instead of extending it.
+  auto free_neighbour = [slot](block* b) {
+    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == slot) ? b : nullptr;
   };
   // Bytes to map if the request is placed in `room`, starting at the free block below it;
   // 0 if it does not fit.
@@ -135,13 +136,8 @@ driver_status arena::open_window(std::size_t bytes, window& w) {
   block* room = nullptr;
   std::size_t best_cost = 0;
   if (extension_room_ != nullptr) {  // take_placed() passed over a wasteful fit for this one
-    below_slot = extension_slot_;
     auto it = rooms_.find(extension_room_);
-    if (it != rooms_.end() && cost(*it) != 0) {
-      room = *it;
-    } else {
-      below_slot = 0;
-    }
+    if (extension_slot_ == slot && it != rooms_.end() && cost(*it) != 0) room = *it;
     extension_room_ = nullptr;
   }
   block probe;
@@ -170,7 +166,6 @@ driver_status arena::open_window(std::size_t bytes, window& w) {
     room->state = block_state::busy;
   }
   block* below = free_neighbour(room->prev);
-  below_slot = 0;  // above joins only if free for every stream
   block* above = free_neighbour(room->next);
   const std::size_t have = below != nullptr ? below->size : 0;
   w.map_bytes = std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
@@ -206,13 +201,17 @@ void arena::close_window(window& w, std::uint64_t tick) {
     coalesce_unmapped(rest);
   }
   room->state = block_state::free_mapped;
-  room->owner = w.below != nullptr ? w.below->owner : 0;  // a stream's block extended stays its own
+  // A stream's block extended stays its own (joined neighbours are of any stream or of that one).
+  room->owner = 0;
+  for (const block* b : {w.below, w.above}) {
+    if (b != nullptr && b->owner != 0 && (b != w.above || room->next == w.above)) room->owner = b->owner;
+  }
   room->free_sequence = 0;
   room->freed_tick = tick;
   if (w.below != nullptr) absorb_prev(room);
-  if (w.above != nullptr && room->next != w.above) slots_[0]->insert(w.above);  // room not all mapped
-  if (block* n = room->next; n != nullptr && n->state == block_state::free_mapped && n->owner == 0) {
-    if (n != w.above) slots_[0]->remove(n);
+  if (w.above != nullptr && room->next != w.above) slots_[w.above->owner]->insert(w.above);  // room not all mapped
+  if (block* n = room->next; n != nullptr && n->state == block_state::free_mapped && joins(n, room->owner)) {
+    if (n != w.above) slots_[n->owner]->remove(n);
     absorb_next(room);
   }
   slots_[room->owner]->insert(room);

@@ -102,12 +102,13 @@ class arena {
     std::size_t map_bytes = 0;       ///< bytes that must be mapped from room->address
     device_address cursor = 0;       ///< where the next handle goes
   };
-  /// Opens a window for `bytes`, reserving a new range when no free space fits. Of the rooms
-  /// that fit (with the free mapped blocks on either side), the one needing the fewest bytes
-  /// mapped wins: so the free tail of a page next to a live block is used, not stranded.
-  driver_status open_window(std::size_t bytes, window& w);
-  /// Turns [room start, cursor) into a free mapped block of any stream (freed at `tick`) and
-  /// returns the rest of the room.
+  /// Opens a window for `bytes` requested on stream `slot`, reserving a new range when no free
+  /// space fits. Of the rooms that fit (with the free mapped blocks on either side, of any stream or
+  /// of `slot`), the one needing the fewest bytes mapped wins: so the free tail of a page next to a
+  /// live block is used, not stranded.
+  driver_status open_window(std::size_t bytes, std::uint32_t slot, window& w);
+  /// Turns [room start, cursor) into a free mapped block (freed at `tick`), of the stream whose
+  /// free blocks it joined or else of any stream, and returns the rest of the room.
   void close_window(window& w, std::uint64_t tick);
   /// Unmaps whole handles that lie in free blocks of any stream freed at or before `freed_by`
   /// (smallest blocks first), while `want` > 0, each no larger than `room` nor `largest_handle`

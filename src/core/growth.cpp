@@ -36,6 +36,15 @@ constexpr std::size_t preferred_stolen_handle_granules = 16;
 block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s) {
   settle_frees(false);
   if (block* b = where.take(size, s.slot)) return b;
+  // Growth beyond the budget steals, and only memory free for every stream can be unmapped. When
+  // the GPU runs behind the program, what the request's own stream freed a moment ago is not yet
+  // (no event has completed): wait for it, so the footprint does not depend on how far behind the
+  // GPU is. Only the request's stream is waited for (its work is queued before anything this
+  // allocation will serve), and only when growth would pass the budget.
+  if (virtual_memory_ && s.in_flight > 0 && beyond_growth_budget(size)) {
+    wait_for_stream(s);
+    if (block* b = where.take(size, s.slot)) return b;
+  }
   // take() may have passed over a wasteful fit to extend a smaller free block (placement.cpp):
   // growth maps that extension; after it, take() serves from whatever fits.
   struct extension_back_on {
@@ -43,10 +52,15 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
     ~extension_back_on() { a.allow_extension(true); }
   } restore{where};
   where.allow_extension(false);
-  if (grow(where, size) == growth::grown) {
+  if (grow(where, size, s.slot) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }
   return out_of_memory_path(where, size, requested, s);
+}
+
+bool pool_impl::beyond_growth_budget(std::size_t size) const noexcept {
+  const double budget = (1.0 + options_.growth_slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + size));
+  return static_cast<double>(pages_.held_bytes() + round_up(size, pages_.granularity())) > budget;
 }
 
 bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
@@ -65,7 +79,7 @@ bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
   return true;
 }
 
-pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
+pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t slot) {
   std::size_t headroom_budget = std::numeric_limits<std::size_t>::max();
   if (!virtual_memory_) {
     const std::size_t segment = round_up(size, pages_.granularity());
@@ -77,7 +91,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size) {
   }
 
   arena::window w;
-  driver_status status = where.open_window(size, w);
+  driver_status status = where.open_window(size, slot, w);
   if (status == driver_status::out_of_memory) return growth::no_memory;
   if (status != driver_status::success) throw_driver_failure("address_reserve", device_, status);
 

@@ -59,7 +59,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     if (block* b = where.take(size, s.slot)) return b;
     if (!make_room()) return nullptr;
     const std::size_t held_before_growth = pages_.held_bytes();
-    if (grow(where, size) == growth::grown) return where.take(size, s.slot);
+    if (grow(where, size, s.slot) == growth::grown) return where.take(size, s.slot);
     hand_back_growth(held_before_growth);
     return nullptr;
   };

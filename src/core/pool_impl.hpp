@@ -152,7 +152,10 @@ class pool_impl {
 
   // growth.cpp
   block* allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s);
-  growth grow(arena& where, std::size_t size);
+  growth grow(arena& where, std::size_t size, std::uint32_t slot);
+  /// Whether mapping `size` more bytes would take held memory past the growth budget
+  /// ((1 + growth_slack) * peak in use), so that growth must steal.
+  [[nodiscard]] bool beyond_growth_budget(std::size_t size) const noexcept;
   [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget);
 
   // stream_order.cpp's side of the pool (release_policy.cpp)
@@ -182,6 +185,9 @@ class pool_impl {
   void settle_stream(stream_state& s);
   void complete_pending(pending_free& p);
   void recycle_idle_streams();
+  /// Waits (with the lock dropped) for the newest event in flight on `s`, which the caller named in
+  /// this call (so it is alive), and hands its frees to slot 0.
+  void wait_for_stream(stream_state& s);
   /// Synchronizes the device (no event on any user stream) and hands every free made before the
   /// wait began to slot 0. drop_lock: the pool's lock is released during the wait (callers that
   /// hold no reference into the pool's state across it).

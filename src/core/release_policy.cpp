@@ -154,6 +154,21 @@ void pool_impl::settle_frees(bool wait) {
   recycle_idle_streams();
 }
 
+void pool_impl::wait_for_stream(stream_state& s) {
+  if (s.in_flight == 0) return;
+  // An event is never destroyed while the pool lives; if another thread settles `s` meanwhile and
+  // records this event again elsewhere, the wait ends later, and the settling below still holds.
+  const event_t newest = s.events[s.in_flight - 1].event;
+  const driver_status status = call_unlocked(lock_, calls_, driver_call::event_synchronize, 0,
+                                             [&](driver& d) { return d.event_synchronize(device_, newest); });
+  if (status != driver_status::success) {
+    throw error(error_code::driver_failure,
+                fmt::format("tidepool: waiting for an event failed on device {}: {}", device_, to_string(status)));
+  }
+  flush_parked();
+  settle_stream(s);
+}
+
 void pool_impl::wait_for_device(bool drop_lock) {
   flush_parked();
   // Everything freed up to here is done once the wait returns: the free came after the work that

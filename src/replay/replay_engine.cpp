@@ -87,12 +87,31 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
   const std::size_t progress_every = std::max<std::size_t>(rows_in_all / 100, 1000);
   std::size_t rows_done = 0;
 
+  // The GPU running behind (options.gpu_lag_us): the time each stream's queued work ends.
+  std::unordered_map<stream_t, double> stream_tails;
+  const bool lagging = sim != nullptr && options.gpu_lag_us > 0.0;
+  std::int64_t last_row_us = total != 0 ? t.events[0].time_us : 0;
+  auto queue_work = [&](const trace_event& e) {
+    // Rows are times of day: a step back (midnight) moves the clock by nothing.
+    sim->advance(static_cast<double>(std::max<std::int64_t>(0, e.time_us - last_row_us)));
+    last_row_us = e.time_us;
+    const stream_t stream = streams.get(e.stream);
+    double& tail = stream_tails[stream];
+    const double start = std::max(sim->now(), tail);
+    const double done = sim->now() + options.gpu_lag_us;
+    if (done > start) {
+      sim->launch(device, stream, done - start);
+      tail = done;
+    }
+  };
+
   for (unsigned pass = 0; pass < passes; ++pass) {
     pass_result p;
     const driver_call_counts pass_before = drv->call_counts();
     p.peak_live_bytes = live_bytes;
     for (std::size_t i = 0; i < total; ++i) {
       const trace_event& e = t.events[i];
+      if (lagging && e.action != trace_action::allocate_failure) queue_work(e);
       if (e.action == trace_action::allocate) {
         const stream_t stream = streams.get(e.stream);
         const auto start = clock::now();

@@ -103,6 +103,12 @@ struct replay_options {
   int device = 0;
   /// How many times the trace is replayed through the one allocator (at least 1).
   unsigned passes = 1;
+  /// How far the simulated GPU runs behind the program, in microseconds (sim only). 0: the GPU
+  /// keeps up, and every free is done as soon as it is made. Otherwise the clock follows the
+  /// trace's times and each row queues work on its stream that completes this long after the row,
+  /// as in a program that queues kernels ahead of a busy GPU: a block freed on a stream is that
+  /// stream's alone until then.
+  double gpu_lag_us = 0.0;
   /// Options of the tidepool allocator (the other allocators have none).
   pool_options tidepool_options{};
   /// Called now and then with (rows done, rows in all); may be empty.

@@ -126,5 +126,38 @@ TEST(PoolGrowth, TheBudgetNeverWidensUnderALongStealingMix) {
   checker.check();
 }
 
+// The GPU running behind the program: a block freed on a stream a moment ago is that stream's
+// until an event completes. Growth on the same stream must neither map beside such a block when it
+// could extend it nor map new memory past the budget when stealing it would do: the footprint
+// must not depend on how far behind the GPU is.
+TEST(PoolGrowth, AStreamsOwnFreesServeItsGrowthWhileTheGpuRunsBehind) {
+  auto sim = std::make_shared<sim_driver>(small_device(2048 * MiB));
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  {
+    pool_options options;
+    options.growth_slack = 0.0;
+    pool p(sim, 0, options);
+    pool_checker checker(*sim, p);
+    // 64 MiB used by queued work and freed: the stream's own until its work completes.
+    void* a = checker.allocate(64 * MiB, s);
+    checker.free_after_work(a, 1000.0);
+    // A larger request on the same stream: held may not pass the budget (peak in use, 128 MiB):
+    // the free handle is stolen (after waiting for the stream) rather than new memory mapped.
+    void* b = checker.allocate(128 * MiB, s);
+    EXPECT_EQ(p.stats().mapped_bytes, 128 * MiB) << "grew past the budget beside the stream's own free block";
+    EXPECT_EQ(sim->unsafe_unmap_count(), 0u) << "unmapped memory that queued work still used";
+    checker.free_after_work(b, 1000.0);
+    // A request just above the free block, with work still queued on it: extended in place.
+    void* c = checker.allocate(130 * MiB, s);
+    EXPECT_LE(p.stats().mapped_bytes, 130 * MiB + 2 * MiB) << "mapped beside the stream's free block";
+    EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+    checker.check();
+    checker.free(c);
+    checker.check();
+  }
+  (void)sim->stream_destroy(0, s);
+}
+
 }  // namespace
 }  // namespace tidepool::testing
