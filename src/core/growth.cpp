@@ -1,6 +1,7 @@
 // Growth: serving a request the cache of free mapped blocks cannot.
 //
-// In order: (1) hand to every stream the frees whose events have completed and look again;
+// In order: (1) hand to every stream the frees whose events have completed and look again (and,
+// when growth would pass the budget, wait for the request's own stream first);
 // (2) map memory under a window of free address space: new handles (page_table::handle_size_for)
 // while held memory stays within the growth budget, (1 + growth_slack) * peak in use, and beyond
 // it whole free handles stolen from anywhere in the pool (unmapped where they lie, mapped here:
