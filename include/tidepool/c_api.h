@@ -97,7 +97,7 @@ typedef struct tidepool_pool_options_t {
   int32_t reserved_;              /**< zero */
   double growth_slack;            /**< growth budget: held memory may pass peak in use by this
                                        fraction before free handles are moved instead of new ones
-                                       made (tidepool::pool_options::growth_slack; default 0.1) */
+                                       made (tidepool::pool_options::growth_slack; default 0.5) */
 } tidepool_pool_options_t;
 
 /** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return

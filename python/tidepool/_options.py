@@ -30,8 +30,9 @@ def set_pool_options(**changes):
     Keys: byte_cap (bytes, None: no cap), headroom (bytes left free on the device),
     small_size_threshold, max_cached_bytes (None: no limit), decay_ms (free pages unused this long
     go back; 0: never), address_range_bytes, immediate_release (bool), growth_slack (how far held
-    memory may pass peak in use before the pool moves free pages instead of making new ones; 0.1
-    by default, larger trades memory for fewer driver calls). Byte counts are ints from 0 up:
+    memory may pass peak in use before the pool moves free pages instead of making new ones; 0.5
+    by default: a cap, smaller holds less only where a workload fragments past it and then pays
+    driver calls in every step). Byte counts are ints from 0 up:
     anything else raises TypeError or InvalidArgumentError naming the option, and sets nothing."""
     options = get_pool_options()
     unknown = set(changes) - set(options)

@@ -157,6 +157,12 @@ class arena {
   // take() for requests of a granule or more (placement.cpp): placed to touch as few granules as
   // possible, and in an arena of large handles, never cutting a large handle (see placement.cpp).
   block* take_placed(std::size_t bytes, std::uint32_t slot);
+  // index.find(bytes), passing over up to max_frontier_skips blocks at the frontier (placement.cpp).
+  block* find_inside(free_index& index, std::size_t bytes);
+  // Whether free block `b` has unmapped room directly above it (growth could extend it).
+  static bool at_frontier(const block* b) noexcept {
+    return b->next != nullptr && b->next->state == block_state::free_unmapped;
+  }
   // Carves `bytes` from free block `c` (in an index) for `slot`, or returns nullptr when `c`
   // cannot serve it without unmapping memory another stream may still use.
   block* place(block* c, std::size_t bytes, std::uint32_t slot);
@@ -264,6 +270,7 @@ class arena {
   };
 
   static constexpr unsigned max_room_scan = 64;
+  static constexpr unsigned max_frontier_skips = 4;
   // take_placed() extends a smaller free block when the best fit wastes more than 1/16 of the
   // request and the extension maps at most that much (placement.cpp).
   static constexpr std::size_t extension_divisor = 16;

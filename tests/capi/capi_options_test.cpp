@@ -24,10 +24,10 @@ TEST_F(CApiOptions, PoolsMadeAfterwardsGetTheOptions) {
   options.headroom = 16 * MiB;
   options.decay_milliseconds = 250;
   EXPECT_EQ(options.growth_slack, pool_options{}.growth_slack);
-  options.growth_slack = 0.5;
+  options.growth_slack = 0.25;
   ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS);
   const pool_options& made = device_pool(1).options();
-  EXPECT_EQ(made.growth_slack, 0.5);
+  EXPECT_EQ(made.growth_slack, 0.25);
   EXPECT_EQ(made.byte_cap, 128 * MiB);
   EXPECT_EQ(made.headroom, 16 * MiB);
   EXPECT_EQ(made.release.decay.count(), 250);
