@@ -8,7 +8,8 @@ links, the headers, tidepoolConfig.cmake + version file, tidepool.pc and the `ti
 (whose --version is X.Y.Z); the installed library exports the public API only and needs only the
 C and C++ runtimes (tests/capi/check_exports.py); the consumer project (consumer/) configures
 with find_package(tidepool CONFIG REQUIRED) against P, builds, and its C++ and C programs run on
-the simulated GPU with no variable pointing at the library; and consumer.c compiles and runs with
+the simulated GPU with no variable pointing at the library (and, where CMake finds CCCL, a
+program using tidepool::memory_resource); and consumer.c compiles and runs with
 nothing but `pkg-config --cflags --libs tidepool`. FLAGS (the sanitizer flags of an instrumented
 build) go to every compile and link. Exits 1 with what failed.
 """
@@ -101,6 +102,14 @@ def main():
     cxx = key_values(run([os.path.join(consumer, "cxx_consumer")], env=env))
     if cxx.get("shared_driver") != "sim" or cxx.get("shared_allocations") != "1":
         problems.append(f"the C++ consumer's process pool is not sim's with one allocation: {cxx}")
+    mr_consumer = os.path.join(consumer, "mr_consumer")  # built where CMake found CCCL
+    if os.path.exists(mr_consumer):
+        mr = key_values(run([mr_consumer], env=env))
+        print(f"memory_resource consumer: CCCL {mr.get('cccl')}")
+        if mr.get("allocations") != "2":
+            problems.append(f"the memory_resource consumer: {mr}")
+    else:
+        print("memory_resource consumer not built: CMake found no CCCL")
     c = key_values(run([os.path.join(consumer, "c_consumer")], env=env))
     if c.get("version") != args.version:
         problems.append(f"the C consumer sees version {c.get('version')}")
