@@ -27,8 +27,10 @@
 //
 // Errors: allocations throw tidepool::error on bad input and tidepool::out_of_memory (a
 // std::bad_alloc) when nothing can be reclaimed. A bad deallocation (a double free, a foreign
-// pointer) leaves the pool as it was; the CCCL 3.0 forms throw tidepool::error for it, while the
-// 3.1 forms are noexcept, as RMM declares them, and report it on stderr instead.
+// pointer) leaves the pool as it was. Every deallocation CCCL or RMM calls from a noexcept
+// function is noexcept here (`deallocate` in both spellings, `deallocate_sync`) and reports the
+// refusal on stderr, since an exception there would end the program; `deallocate_async` (CCCL
+// 3.0, not called from noexcept code) throws tidepool::error.
 //
 // With CCCL 3.0, cuda::mr sits behind LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE: this
 // header defines it before including <cuda/memory_resource>, so include this header first, or
@@ -93,8 +95,9 @@ class memory_resource {
   [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = guaranteed_alignment) {
     return allocate_sync(bytes, alignment);
   }
-  void deallocate(void* ptr, std::size_t /*bytes*/, std::size_t /*alignment*/ = guaranteed_alignment) {
-    pool_->deallocate(ptr, nullptr);
+  // noexcept: CCCL 3.0's resource_ref calls it from a noexcept function.
+  void deallocate(void* ptr, std::size_t /*bytes*/, std::size_t /*alignment*/ = guaranteed_alignment) noexcept {
+    deallocate_noexcept(ptr, nullptr);
   }
   [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, ::cuda::stream_ref stream) {
     return allocate(stream, bytes, alignment);
