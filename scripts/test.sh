@@ -14,7 +14,9 @@ run_suite() {  # $1: build folder; the rest: CMake arguments
   echo "=== ctest $build"
   (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300)
   echo "=== pytest $build"
+  # The wheel test (test_install.py) builds its library in build-wheel: once for both suites.
   TIDEPOOL_LIBRARY=$(ls "$build"/src/libtidepool.so) TIDEPOOL_DEVICE=sim \
+    TIDEPOOL_TEST_WHEEL_BUILD_DIR="$root/build-wheel" \
     PYTHONPATH="$root/python" LD_PRELOAD="${PRELOAD:-}" \
     /usr/bin/python3 -m pytest -q "$root/python/tests"
 }

@@ -7,7 +7,8 @@
     tidepool.release_cached_memory(verbose=True)   # every cache in the process, exact bytes
 
 Pure Python over ctypes: the library, libtidepool.so, comes from the CMake build and is found at
-$TIDEPOOL_LIBRARY, next to this package (`cmake --install`), or on the loader's search path.
+$TIDEPOOL_LIBRARY, next to this package (`pip install ./python`, `cmake --install`), or on the
+loader's search path.
 """
 
 from . import _frameworks  # noqa: F401  (registers the framework-cache reclaim hook on load)

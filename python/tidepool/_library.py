@@ -1,9 +1,9 @@
 """Finding and loading libtidepool.so, and the ctypes prototypes of its C API.
 
 The library is looked for, in order: at $TIDEPOOL_LIBRARY (and only there when it is set); next
-to this package (where `cmake --install` copies it); then by the dynamic loader (LD_LIBRARY_PATH,
-the ldconfig cache, the system's library folders). The package itself is pure Python: the library
-comes from the CMake build.
+to this package (where `pip install ./python` and `cmake --install` put it); then by the dynamic
+loader (LD_LIBRARY_PATH, the ldconfig cache, the system's library folders). The package itself is
+pure Python: the library comes from the CMake build (python/setup.py runs it).
 """
 
 import ctypes
@@ -154,7 +154,8 @@ def load():
             break
         else:
             raise _errors.LibraryNotFoundError(
-                "libtidepool.so was not found: " + "; ".join(tried) + ". Build it with CMake "
+                "libtidepool.so was not found: " + "; ".join(tried) + ". Install the package with its library "
+                "(pip install --no-build-isolation ./python), or build it with CMake "
                 "(scripts/build.sh) and set TIDEPOOL_LIBRARY=<build>/src/libtidepool.so, or "
                 "install it next to the package with `cmake --install <build>`.")
         for callback in _on_load:
