@@ -391,9 +391,10 @@ ask_result ledger::ask(const ledger_entry& whom, std::uint64_t bytes, std::uint6
   s.request_deadline_ns.store(deadline_ns, std::memory_order_relaxed);
   s.request_bytes.store(std::min(bytes, most_bytes), std::memory_order_relaxed);
   s.request_from.store(me, std::memory_order_relaxed);
-  // One past the last answer: pending whatever garbage request_seq held, and never equal to an
-  // answer already there.
-  const std::uint32_t seq = s.answer_seq.load(std::memory_order_acquire) + 1;
+  // One past the last request (one taken over may still be in progress: its answer must not pass
+  // for ours), and never the answer already there.
+  std::uint32_t seq = s.request_seq.load(std::memory_order_acquire) + 1;
+  if (seq == s.answer_seq.load(std::memory_order_acquire)) ++seq;
   s.request_seq.store(seq, std::memory_order_release);
   futex_wake(s.request_seq);
   result.outcome = ask_outcome::timed_out;

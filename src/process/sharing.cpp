@@ -192,20 +192,25 @@ void serve(std::shared_ptr<device_share> share, sharing_state* s) {
   share->stopped_cv.notify_all();
 }
 
-void stop_share(device_share& share) {
+// Whether the helper thread stopped in time.
+bool stop_share(device_share& share) {
   share.stop.store(true, std::memory_order_release);
-  if (!share.book) return;
+  if (!share.book) return true;
   share.book->wake(share.slot);
   std::unique_lock lock(share.mutex);
   if (!share.stopped_cv.wait_for(lock, stop_wait, [&] { return !share.running; })) {
     // Stuck (a hook that does not return): leave the slot anyway; the thread stops when it can.
     share.book->leave(share.slot);
+    return false;
   }
+  return true;
 }
 
-void stop_all() noexcept {
+// Whether every helper thread stopped in time.
+bool stop_all() noexcept {
   sharing_state* s = current_state.load(std::memory_order_acquire);
-  if (s == nullptr) return;
+  if (s == nullptr) return true;
+  bool all = true;
   std::map<int, std::shared_ptr<device_share>> devices;
   {
     std::lock_guard guard(s->mutex);
@@ -213,10 +218,12 @@ void stop_all() noexcept {
   }
   for (auto& [device, share] : devices) {
     try {
-      stop_share(*share);
+      all = stop_share(*share) && all;
     } catch (...) {
+      all = false;
     }
   }
+  return all;
 }
 
 // The reclaim hook: never throws into the out-of-memory path (which would then fail the
@@ -248,7 +255,7 @@ void after_fork_in_child() {
 void install_process_hooks() {
   std::call_once(process_hooks_once, [] {
     (void)add_reclaim_hook(hook);
-    (void)std::atexit([] { stop_all(); });
+    (void)std::atexit([] { (void)stop_all(); });
     (void)::pthread_atfork(nullptr, nullptr, [] { after_fork_in_child(); });
   });
 }
@@ -393,9 +400,9 @@ sharing_counters sharing_counts() {
 }
 
 void reset_sharing_for_testing() {
-  stop_all();
-  auto* fresh = new sharing_state();  // the old one may still be read by a stuck thread: leaked
-  current_state.store(fresh, std::memory_order_release);
+  const bool stopped = stop_all();
+  sharing_state* old = current_state.exchange(new sharing_state(), std::memory_order_acq_rel);
+  if (stopped) delete old;  // else a stuck thread may still read it: left alone
 }
 
 }  // namespace detail
@@ -427,7 +434,7 @@ void set_sharing_options(const sharing_options& options) {
     s.wait_ms = static_cast<std::uint64_t>(options.wait.count());
   }
   if (!options.enabled) {
-    detail::stop_all();
+    (void)detail::stop_all();
     return;
   }
   // Turned on (or kept on): join the GPUs whose pools exist already.
@@ -437,6 +444,6 @@ void set_sharing_options(const sharing_options& options) {
   }
 }
 
-void stop_sharing() { detail::stop_all(); }
+void stop_sharing() { (void)detail::stop_all(); }
 
 }  // namespace tidepool
