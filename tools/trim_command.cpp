@@ -51,6 +51,7 @@ const char* outcome_text(detail::ask_outcome o) {
     case detail::ask_outcome::busy: return "busy (another request is in progress)";
     case detail::ask_outcome::timed_out: return "no answer in time";
     case detail::ask_outcome::gone: return "gone";
+    case detail::ask_outcome::enough: return "enough";
   }
   return "?";
 }

@@ -361,7 +361,8 @@ std::vector<ledger_entry> ledger::entries() {
   return found;
 }
 
-ask_result ledger::ask(const ledger_entry& whom, std::uint64_t bytes, std::uint64_t deadline_ns) {
+ask_result ledger::ask(const ledger_entry& whom, std::uint64_t bytes, std::uint64_t deadline_ns,
+                       const std::function<bool()>& enough) {
   ask_result result;
   const std::uint64_t start = monotonic_ns();
   if (whom.slot >= ledger_slot_count) return result;
@@ -409,10 +410,16 @@ ask_result ledger::ask(const ledger_entry& whom, std::uint64_t bytes, std::uint6
       result.outcome = ask_outcome::gone;
       break;
     }
+    if (!first && enough && enough()) {
+      result.outcome = ask_outcome::enough;
+      break;
+    }
     const std::uint64_t now = monotonic_ns();
     if (now >= deadline_ns) break;
-    // Slices of at most 10 ms, so an owner that died meanwhile is noticed.
-    futex_wait(s.answer_seq, answered, std::min<std::uint64_t>(deadline_ns - now, 10'000'000));
+    // Slices of at most 10 ms, so an owner that died meanwhile is noticed (1 ms when `enough`
+    // is asked).
+    const std::uint64_t slice = enough ? 1'000'000 : 10'000'000;
+    futex_wait(s.answer_seq, answered, std::min<std::uint64_t>(deadline_ns - now, slice));
   }
   std::uint64_t mine = me;
   (void)s.request_lock.compare_exchange_strong(mine, 0, std::memory_order_acq_rel);

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,7 @@ enum class ask_outcome : std::uint8_t {
   answered,   ///< the process answered in time
   busy,       ///< another asker holds its request slot (not waited for)
   timed_out,  ///< no answer before the deadline
+  enough,     ///< the asker's `enough` said so before the answer came (the owner goes on)
   gone,       ///< the process left or died meanwhile
 };
 
@@ -119,8 +121,11 @@ class ledger {
   /// cleaned on the way.
   [[nodiscard]] std::vector<ledger_entry> entries();
   /// Asks the process of `whom` to hand back `bytes`, waiting until `deadline_ns`
-  /// (monotonic_ns()) at the latest.
-  [[nodiscard]] ask_result ask(const ledger_entry& whom, std::uint64_t bytes, std::uint64_t deadline_ns);
+  /// (monotonic_ns()) at the latest, or, when `enough` is given, until it returns true (checked
+  /// every millisecond: a process releasing a large cache frees the first bytes long before its
+  /// answer).
+  [[nodiscard]] ask_result ask(const ledger_entry& whom, std::uint64_t bytes, std::uint64_t deadline_ns,
+                               const std::function<bool()>& enough = {});
 
  private:
   ledger(std::string path, int fd, void* base, const device_uuid_bytes& uuid);

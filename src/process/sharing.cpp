@@ -348,13 +348,17 @@ std::size_t ask_neighbours(int device, std::size_t bytes_needed) {
   for (const ledger_entry& other : others) {
     if (monotonic_ns() >= deadline) break;
     s.requests.fetch_add(1, std::memory_order_relaxed);
-    const ask_result r = share->book->ask(other, lacking, deadline);
+    const ask_result r = share->book->ask(other, lacking, deadline, [&] { return missing() == 0; });
     switch (r.outcome) {
       case ask_outcome::answered:
         s.answered.fetch_add(1, std::memory_order_relaxed);
         s.answered_bytes.fetch_add(r.bytes, std::memory_order_relaxed);
         s.last_round_trip_ns.store(r.waited_ns, std::memory_order_relaxed);
         handed_back += static_cast<std::size_t>(r.bytes);
+        break;
+      case ask_outcome::enough:
+        s.answered.fetch_add(1, std::memory_order_relaxed);
+        s.last_round_trip_ns.store(r.waited_ns, std::memory_order_relaxed);
         break;
       case ask_outcome::busy: s.busy.fetch_add(1, std::memory_order_relaxed); break;
       case ask_outcome::timed_out: s.timed_out.fetch_add(1, std::memory_order_relaxed); break;

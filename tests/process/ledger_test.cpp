@@ -184,6 +184,11 @@ TEST_F(LedgerFile, ARequestIsAnsweredAndEveryWaitIsBoundedByTheAsker) {
   EXPECT_EQ(r.outcome, detail::ask_outcome::timed_out);
   EXPECT_GE(r.waited_ns, wait_ns);
   ASSERT_TRUE(book->pending(*slot).has_value());  // still there for its owner
+  // An asker whose need is met meanwhile (its driver's free memory) stops waiting.
+  int checks = 0;
+  r = book->ask(entries[0], MiB, detail::monotonic_ns() + 10'000'000'000ULL, [&] { return ++checks == 3; });
+  EXPECT_EQ(r.outcome, detail::ask_outcome::enough);
+  EXPECT_EQ(checks, 3);
 
   // A server thread answers.
   std::atomic<bool> stop{false};
