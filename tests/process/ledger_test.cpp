@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -275,6 +276,31 @@ TEST_F(SharingInProcess, AProcessJoinsItsGpusLedgerWithItsFirstPoolAndLeavesIt) 
   EXPECT_TRUE(entries[0].gives);
   stop_sharing();
   EXPECT_TRUE(detail::ledger::list(dir_).empty());
+}
+
+TEST_F(SharingInProcess, AForkedChildStartsWithNoLedgerAndLeavesItsParentsAlone) {
+  use_small_sim();
+  (void)device_pool(0);
+  ASSERT_EQ(detail::sharing_devices().size(), 1U);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The parent's helper thread is not here; the child's state is fresh, and its exit (atexit
+    // stop) must neither wait for that thread nor free the parent's slot.
+    const bool fresh = detail::sharing_devices().empty();
+    std::exit(fresh ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const auto paths = detail::ledger::list(dir_);
+  ASSERT_EQ(paths.size(), 1U);
+  auto book = detail::ledger::open_existing(paths[0]);
+  const auto entries = book->entries();
+  ASSERT_EQ(entries.size(), 1U);
+  EXPECT_EQ(entries[0].pid, static_cast<std::uint64_t>(::getpid()));
+  EXPECT_TRUE(detail::sharing_devices()[0].serving);
 }
 
 TEST_F(SharingInProcess, OptionsTurnItOffOrStopGiving) {
