@@ -20,8 +20,9 @@ SCRIPT = os.path.join(WORKLOADS, "sharing_neighbour.py")
 
 
 def _holder_and_taker(mode, ledger_dir):
-    # B waits up to 5 s for A's answer (A hands back ~100 GiB at about 1 ms per GiB, DESIGN 1.2).
-    variables = {"TIDEPOOL_LEDGER_DIR": ledger_dir, "TIDEPOOL_SHARING_WAIT_MS": "5000"}
+    # The default wait (100 ms): B goes on once what it lacks (about 40 GiB) is free, while A is
+    # still releasing the rest (about 1 ms per GiB in 64 MiB handles, DESIGN "What the H200 says").
+    variables = {"TIDEPOOL_LEDGER_DIR": ledger_dir}
     holder = subprocess.Popen([sys.executable, SCRIPT, "holder", mode], env=gpu_environment(**variables),
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -52,7 +53,7 @@ def test_a_process_gets_the_cache_of_an_idle_neighbour(mode):
           f"{taken['seconds'] * 1000:.1f} ms {taken['error']}")
     assert taken["bytes"] > taken["free_before"]  # B could not have it without A's cache
     if mode == "tidepool":
-        assert taken["ok"], taken["error"]
+        assert taken["ok"], f"{taken['error']} (B waits TIDEPOOL_SHARING_WAIT_MS, 100 ms by default)"
         assert done["released_bytes"] > 0
     else:
         assert not taken["ok"]
