@@ -34,6 +34,8 @@ std::optional<std::uint64_t> process_start_time(std::uint64_t pid) noexcept {
   for (int token = 0;; ++token) {
     while (*p == ' ') ++p;
     if (*p == '\0') return std::nullopt;
+    // Field 3, the state: a zombie (Z) or dead (X) process is gone though its pid is not free yet.
+    if (token == 0 && (*p == 'Z' || *p == 'X')) return std::nullopt;
     if (token == 19) break;
     while (*p != ' ' && *p != '\0') ++p;
   }

@@ -11,8 +11,8 @@ namespace tidepool::detail {
 /// Largest pid Linux hands out (PID_MAX_LIMIT, 2^22).
 inline constexpr std::uint64_t largest_pid = std::uint64_t{1} << 22;
 
-/// Field 22 of /proc/PID/stat (clock ticks after boot), or nullopt when there is no such process
-/// or the file cannot be read or parsed.
+/// Field 22 of /proc/PID/stat (clock ticks after boot), or nullopt when there is no such process,
+/// it has exited (a zombie, not yet reaped), or the file cannot be read or parsed.
 [[nodiscard]] std::optional<std::uint64_t> process_start_time(std::uint64_t pid) noexcept;
 
 /// This process's start time (read once per pid: a forked child reads its own).

@@ -74,6 +74,29 @@ TEST(SimSharedCapacity, OneSimsHoldingsCountAgainstAnothers) {
   std::filesystem::remove_all(pattern);
 }
 
+TEST(ProcessIdentity, AProcessIsItsPidAndStartTimeAndAnExitedOneIsGone) {
+  const auto mine = detail::process_start_time(static_cast<std::uint64_t>(::getpid()));
+  ASSERT_TRUE(mine.has_value());
+  EXPECT_EQ(*mine, detail::own_start_time());
+  EXPECT_TRUE(detail::owner_alive(detail::owner_word(static_cast<std::uint64_t>(::getpid()), *mine)));
+  EXPECT_FALSE(detail::owner_alive(detail::owner_word(static_cast<std::uint64_t>(::getpid()), *mine + 1)));
+  EXPECT_FALSE(detail::process_start_time(0).has_value());
+  EXPECT_FALSE(detail::process_start_time(detail::largest_pid + 1).has_value());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  // Exited, not yet reaped: its /proc entry is still there, in state Z.
+  bool zombie = false;
+  for (int i = 0; i < 1000 && !zombie; ++i) {
+    zombie = !detail::process_start_time(static_cast<std::uint64_t>(child)).has_value();
+    if (!zombie) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(zombie);
+  EXPECT_TRUE(std::filesystem::exists("/proc/" + std::to_string(child)));
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+}
+
 class LedgerFile : public ::testing::Test {
  protected:
   void SetUp() override {
