@@ -1,5 +1,5 @@
-// The process's side of the GPU ledgers (sharing.hpp): joining, the helper threads that serve the
-// other processes' requests, and asking them before an allocation fails.
+// The process's side of the GPU ledgers (sharing.hpp): joining, and asking the others before an
+// allocation fails. The helper threads are ledger_server.cpp, the options sharing_options.cpp.
 //
 // Order of reclaim: the hook that asks is registered when the first pool joins a ledger, after
 // the hooks a front end registers when the library loads (Python's for PyTorch's and CuPy's
@@ -17,13 +17,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -31,200 +28,15 @@
 #include "process/ledger.hpp"
 #include "process/process_identity.hpp"
 #include "process/process_state.hpp"
+#include "process/sharing_state.hpp"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
 #include "tidepool/reclaim.hpp"
 
-namespace tidepool {
-namespace detail {
+namespace tidepool::detail {
 namespace {
 
-constexpr std::uint64_t longest_wait_ms = 60'000;
-constexpr auto stop_wait = std::chrono::seconds(1);
-
-// True on a helper thread: its reclaim hooks must not ask the others in turn.
-thread_local bool on_helper_thread = false;
-
-std::string_view environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? std::string_view{} : std::string_view{value};
-}
-
-bool parse_switch(const char* name, std::string_view value, bool fallback) {
-  if (value.empty()) return fallback;
-  if (value == "1" || value == "on" || value == "true" || value == "yes") return true;
-  if (value == "0" || value == "off" || value == "false" || value == "no") return false;
-  throw error(error_code::invalid_argument, fmt::format("{}='{}' is not valid: expected 1 or 0", name, value));
-}
-
-std::uint64_t parse_ms(const char* name, std::string_view value, std::uint64_t fallback, std::uint64_t most) {
-  if (value.empty()) return fallback;
-  std::uint64_t number = 0;
-  for (const char c : value) {
-    if (c < '0' || c > '9' || number > most) {
-      throw error(error_code::invalid_argument,
-                  fmt::format("{}='{}' is not valid: expected milliseconds from 0 to {}", name, value, most));
-    }
-    number = number * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  if (number > most) {
-    throw error(error_code::invalid_argument,
-                fmt::format("{}='{}' is not valid: expected milliseconds from 0 to {}", name, value, most));
-  }
-  return number;
-}
-
-// One joined GPU. Shared by the process state and its helper thread.
-struct device_share {
-  int device = 0;
-  std::unique_ptr<ledger> book;
-  std::string refused;
-  std::atomic<std::size_t> slot{0};  // moved by the helper thread when it must take a new one
-  std::atomic<bool> stop{false};
-  std::mutex mutex;
-  std::condition_variable stopped_cv;
-  bool running = false;  // under mutex
-};
-
-struct sharing_state {
-  std::mutex mutex;
-  bool options_read = false;
-  std::string options_error;
-  std::atomic<bool> enabled{true};
-  std::atomic<bool> gives{true};
-  std::atomic<std::uint64_t> wait_ms{100};
-  std::uint64_t publish_ms = 100;
-  std::string directory;
-  std::map<int, std::shared_ptr<device_share>> devices;
-  std::atomic<std::uint64_t> asks{0}, requests{0}, answered{0}, timed_out{0}, busy{0}, gone{0},
-      answered_bytes{0}, last_round_trip_ns{0}, served{0};
-};
-
-std::atomic<sharing_state*> current_state{nullptr};
 std::once_flag process_hooks_once;
-
-void read_options(sharing_state& s) {
-  if (s.options_read) return;
-  s.options_read = true;
-  try {
-    s.enabled = parse_switch("TIDEPOOL_SHARING", environment("TIDEPOOL_SHARING"), true);
-    s.gives = parse_switch("TIDEPOOL_SHARING_GIVES", environment("TIDEPOOL_SHARING_GIVES"), true);
-    s.wait_ms = parse_ms("TIDEPOOL_SHARING_WAIT_MS", environment("TIDEPOOL_SHARING_WAIT_MS"), 100, longest_wait_ms);
-    s.publish_ms = parse_ms("TIDEPOOL_SHARING_PUBLISH_MS", environment("TIDEPOOL_SHARING_PUBLISH_MS"), 100, 10'000);
-    if (s.publish_ms == 0) s.publish_ms = 1;
-  } catch (const error& e) {
-    s.options_error = e.what();
-    s.enabled = false;
-  }
-  const auto dir = environment("TIDEPOOL_LEDGER_DIR");
-  s.directory = dir.empty() ? std::string("/dev/shm") : std::string(dir);
-}
-
-// The state, made on first use; never freed (a helper thread may outlive any owner).
-sharing_state& state() {
-  sharing_state* s = current_state.load(std::memory_order_acquire);
-  if (s != nullptr) return *s;
-  auto* fresh = new sharing_state();
-  if (current_state.compare_exchange_strong(s, fresh, std::memory_order_acq_rel)) return *fresh;
-  delete fresh;
-  return *s;
-}
-
-std::shared_ptr<driver> process_driver() {
-  auto* table = process().table.load(std::memory_order_acquire);
-  return table == nullptr ? nullptr : table->drv;
-}
-
-void publish(device_share& share, bool gives) noexcept {
-  pool* p = find_pool(share.device);
-  if (p == nullptr) return;
-  try {
-    const pool_stats st = p->stats();
-    share.book->publish(share.slot, st.mapped_bytes, st.in_use_bytes, st.cached_bytes, gives);
-  } catch (...) {
-  }
-}
-
-// What a request gets: the pool's free pages, then (when that is short) the CUDA async pools and
-// the reclaim hooks (PyTorch's and CuPy's caches). All of it cached memory; nothing live.
-std::uint64_t hand_back(int device, std::uint64_t bytes) noexcept {
-  std::uint64_t got = 0;
-  try {
-    if (pool* p = find_pool(device)) got += p->release();
-    if (got < bytes) {
-      if (const auto drv = process_driver()) got += drv->trim_async_pools(device);
-      got += run_reclaim_hooks(device, static_cast<std::size_t>(bytes - std::min(got, bytes)));
-    }
-  } catch (...) {
-    // A hook that threw: what was handed back so far still counts.
-  }
-  return got;
-}
-
-void serve(std::shared_ptr<device_share> share, sharing_state* s) {
-  on_helper_thread = true;
-  const std::uint64_t interval_ns = s->publish_ms * 1'000'000;
-  while (!share->stop.load(std::memory_order_acquire)) {
-    const bool gives = s->gives.load(std::memory_order_relaxed);
-    if (!share->book->holds(share->slot)) {
-      // The slot was overwritten (a corrupt or hostile write): take a slot again, or wait.
-      if (const auto slot = share->book->claim(gives)) {
-        share->slot = *slot;
-      } else {
-        std::this_thread::sleep_for(std::chrono::nanoseconds(interval_ns));
-        continue;
-      }
-    }
-    const std::uint32_t seen = share->book->current_request(share->slot);
-    if (const auto request = share->book->pending(share->slot)) {
-      const std::uint64_t bytes = gives ? hand_back(share->device, request->bytes) : 0;
-      share->book->answer(share->slot, request->seq, bytes);
-      s->served.fetch_add(1, std::memory_order_relaxed);
-      publish(*share, gives);
-      continue;
-    }
-    publish(*share, gives);
-    share->book->wait_for_request(share->slot, seen, interval_ns);
-  }
-  share->book->leave(share->slot);
-  std::lock_guard guard(share->mutex);
-  share->running = false;
-  share->stopped_cv.notify_all();
-}
-
-// Whether the helper thread stopped in time.
-bool stop_share(device_share& share) {
-  share.stop.store(true, std::memory_order_release);
-  if (!share.book) return true;
-  share.book->wake(share.slot);
-  std::unique_lock lock(share.mutex);
-  if (!share.stopped_cv.wait_for(lock, stop_wait, [&] { return !share.running; })) {
-    // Stuck (a hook that does not return): leave the slot anyway; the thread stops when it can.
-    share.book->leave(share.slot);
-    return false;
-  }
-  return true;
-}
-
-// Whether every helper thread stopped in time.
-bool stop_all() noexcept {
-  sharing_state* s = current_state.load(std::memory_order_acquire);
-  if (s == nullptr) return true;
-  bool all = true;
-  std::map<int, std::shared_ptr<device_share>> devices;
-  {
-    std::lock_guard guard(s->mutex);
-    devices.swap(s->devices);
-  }
-  for (auto& [device, share] : devices) {
-    try {
-      all = stop_share(*share) && all;
-    } catch (...) {
-      all = false;
-    }
-  }
-  return all;
-}
 
 // The reclaim hook: never throws into the out-of-memory path (which would then fail the
 // allocation with this error instead of out-of-memory).
@@ -262,16 +74,9 @@ void install_process_hooks() {
 
 }  // namespace
 
-std::string ledger_directory() {
-  sharing_state& s = state();
-  std::lock_guard guard(s.mutex);
-  read_options(s);
-  return s.directory;
-}
-
 void sharing_join(int device) noexcept {
   try {
-    sharing_state& s = state();
+    sharing_state& s = sharing();
     std::lock_guard guard(s.mutex);
     read_options(s);
     if (!s.enabled.load() || s.devices.count(device) != 0) return;
@@ -315,7 +120,7 @@ void sharing_join(int device) noexcept {
 
 std::size_t ask_neighbours(int device, std::size_t bytes_needed) {
   if (on_helper_thread || bytes_needed == SIZE_MAX) return 0;
-  sharing_state& s = state();
+  sharing_state& s = sharing();
   if (!s.enabled.load(std::memory_order_relaxed)) return 0;
   std::shared_ptr<device_share> share;
   {
@@ -372,7 +177,7 @@ std::size_t ask_neighbours(int device, std::size_t bytes_needed) {
 }
 
 std::vector<sharing_device_status> sharing_devices() {
-  sharing_state& s = state();
+  sharing_state& s = sharing();
   std::lock_guard guard(s.mutex);
   std::vector<sharing_device_status> out;
   for (const auto& [device, share] : s.devices) {
@@ -389,7 +194,7 @@ std::vector<sharing_device_status> sharing_devices() {
 }
 
 sharing_counters sharing_counts() {
-  sharing_state& s = state();
+  sharing_state& s = sharing();
   sharing_counters c;
   c.asks = s.asks.load();
   c.requests = s.requests.load();
@@ -409,45 +214,4 @@ void reset_sharing_for_testing() {
   if (stopped) delete old;  // else a stuck thread may still read it: left alone
 }
 
-}  // namespace detail
-
-sharing_options get_sharing_options() {
-  auto& s = detail::state();
-  std::lock_guard guard(s.mutex);
-  detail::read_options(s);
-  if (!s.options_error.empty()) throw error(error_code::invalid_argument, s.options_error);
-  sharing_options o;
-  o.enabled = s.enabled.load();
-  o.gives = s.gives.load();
-  o.wait = std::chrono::milliseconds(s.wait_ms.load());
-  return o;
-}
-
-void set_sharing_options(const sharing_options& options) {
-  if (options.wait.count() < 0 || static_cast<std::uint64_t>(options.wait.count()) > detail::longest_wait_ms) {
-    throw error(error_code::invalid_argument,
-                fmt::format("sharing wait of {} ms: expected 0 to {} ms", options.wait.count(), detail::longest_wait_ms));
-  }
-  auto& s = detail::state();
-  {
-    std::lock_guard guard(s.mutex);
-    detail::read_options(s);
-    s.options_error.clear();
-    s.enabled = options.enabled;
-    s.gives = options.gives;
-    s.wait_ms = static_cast<std::uint64_t>(options.wait.count());
-  }
-  if (!options.enabled) {
-    (void)detail::stop_all();
-    return;
-  }
-  // Turned on (or kept on): join the GPUs whose pools exist already.
-  const auto pools = existing_pools();
-  for (std::size_t d = 0; d < pools.size(); ++d) {
-    if (pools[d] != nullptr) detail::sharing_join(static_cast<int>(d));
-  }
-}
-
-void stop_sharing() { (void)detail::stop_all(); }
-
-}  // namespace tidepool
+}  // namespace tidepool::detail
