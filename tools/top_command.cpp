@@ -70,7 +70,7 @@ volatile std::sig_atomic_t interrupted = 0;
 }  // namespace
 
 void add_top_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("top", "this user's tidepool processes on each GPU: held, in use, cached, "
+  auto* cmd = app.add_subcommand("top", "This user's tidepool processes on each GPU: held, in use, cached, "
                                         "what each could hand back now (refreshed; --once: one print)");
   struct options {
     bool once = false;

@@ -59,7 +59,7 @@ const char* outcome_text(detail::ask_outcome o) {
 }  // namespace
 
 void add_trim_command(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("trim", "ask one tidepool process of this user to hand back cached memory");
+  auto* cmd = app.add_subcommand("trim", "Ask one tidepool process of this user to hand back cached memory");
   struct options {
     std::uint64_t pid = 0;
     std::string bytes;
