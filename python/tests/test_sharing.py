@@ -93,3 +93,48 @@ def test_an_idle_neighbour_hands_back_its_cache():
         finally:
             if holder.poll() is None:
                 holder.kill()
+
+
+HOOKED_HOLDER = """
+    import sys, threading, tidepool
+    calls = []
+    def hook(device, needed):
+        calls.append(threading.current_thread() is threading.main_thread())
+        return 0
+    tidepool.add_reclaim_hook(hook)
+    kept = [tidepool.allocate({chunk}) for _ in range({live})]
+    for b in [tidepool.allocate({chunk}) for _ in range({cached})]:
+        tidepool.deallocate(b)
+    print("ready", flush=True)
+    sys.stdin.read()
+    print(len(calls), any(calls), flush=True)
+"""
+
+
+def test_a_request_the_cache_cannot_cover_reaches_the_python_hooks_on_the_helper_thread():
+    with tempfile.TemporaryDirectory() as shared:
+        variables = dict(TIDEPOOL_SIM_CAPACITY="1GiB", TIDEPOOL_SIM_SHARED=shared,
+                         TIDEPOOL_SIM_UUID=f"py-hook-{os.getpid()}", TIDEPOOL_LEDGER_DIR=shared)
+        source = textwrap.dedent(HOOKED_HOLDER.format(chunk=64 * MiB, live=8, cached=4))
+        holder = subprocess.Popen([sys.executable, "-c", source], env=sim_environment(**variables),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "ready"
+            # 600 MiB with 256 MiB free: the holder's 256 MiB cache is not enough, so its hooks run.
+            out = run_script(f"""
+                import tidepool
+                try:
+                    tidepool.allocate({600 * MiB})
+                    print("ok")
+                except tidepool.OutOfMemoryError:
+                    print("oom")
+            """, **variables)
+            assert out.strip() == "oom"  # 512 MiB of the holder's are live: never handed over
+            holder.stdin.close()
+            calls, on_main = holder.stdout.readline().split()
+            assert int(calls) >= 1
+            assert on_main == "False"  # called on the helper thread, not the holder's main thread
+            assert holder.wait(timeout=60) == 0
+        finally:
+            if holder.poll() is None:
+                holder.kill()
