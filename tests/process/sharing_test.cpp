@@ -120,6 +120,8 @@ TEST_F(SharingAcrossProcesses, AProcessThatWouldFailGetsANeighboursCache) {
   a->close_stdin();
   EXPECT_EQ(a->read_until("intact").has_value(), true);
   EXPECT_EQ(a->wait(), 0);
+  // Both left at exit (their helper threads stopped), and the last one removed the file.
+  EXPECT_TRUE(detail::ledger::list(dir_).empty());
 }
 
 TEST_F(SharingAcrossProcesses, WithoutSharingOrWithANeighbourThatNeverGivesTheAllocationFails) {
