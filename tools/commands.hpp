@@ -13,5 +13,9 @@ void add_replay_command(CLI::App& app, int& exit_code);
 void add_info_command(CLI::App& app, int& exit_code);
 /// `tidepool generate-loader OUT`: writes the loader workload of DESIGN 1.1 as a trace.
 void add_generate_loader_command(CLI::App& app, int& exit_code);
+/// `tidepool top [--once]`: this user's tidepool processes on each GPU, from the GPU ledgers.
+void add_top_command(CLI::App& app, int& exit_code);
+/// `tidepool trim --pid P BYTES`: asks one process to hand back cached memory.
+void add_trim_command(CLI::App& app, int& exit_code);
 
 }  // namespace tidepool::cli

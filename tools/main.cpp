@@ -1,4 +1,4 @@
-// tools/main.cpp: the `tidepool` command line: replay, info, generate-loader; --version.
+// tools/main.cpp: the `tidepool` command line: replay, info, generate-loader, top, trim; --version.
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   tidepool::cli::add_replay_command(app, exit_code);
   tidepool::cli::add_info_command(app, exit_code);
   tidepool::cli::add_generate_loader_command(app, exit_code);
+  tidepool::cli::add_top_command(app, exit_code);
+  tidepool::cli::add_trim_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -194,6 +194,26 @@ TIDEPOOL_API tidepool_status tidepool_add_reclaim_hook(tidepool_reclaim_fn hook,
  *  that call (user_data must then outlive the call). */
 TIDEPOOL_API tidepool_status tidepool_remove_reclaim_hook(int id);
 
+/** Sharing a GPU with the user's other tidepool processes (tidepool::sharing_options, issue 14):
+ *  before an allocation fails, ask the others on that GPU to hand back cached memory; serve their
+ *  requests from a helper thread. Set struct_size to sizeof(tidepool_sharing_options_t). Defaults
+ *  from TIDEPOOL_SHARING, TIDEPOOL_SHARING_GIVES and TIDEPOOL_SHARING_WAIT_MS. */
+typedef struct tidepool_sharing_options_t {
+  uint64_t struct_size;
+  int32_t enabled;            /**< 1: ask and serve (default); 0: off, leave every ledger */
+  int32_t gives;              /**< 1: hand cached memory to those who ask (default); 0: never */
+  uint64_t wait_milliseconds; /**< how long one out-of-memory path waits for answers, in all
+                                   (default 100, at most 60000) */
+} tidepool_sharing_options_t;
+
+/** Sets the sharing options, at any time (fields past the caller's struct keep their values). */
+TIDEPOOL_API tidepool_status tidepool_set_sharing_options(const tidepool_sharing_options_t* options);
+/** The sharing options in force; honours struct_size. */
+TIDEPOOL_API tidepool_status tidepool_get_sharing_options(tidepool_sharing_options_t* options);
+/** Leaves every GPU ledger and stops the helper threads (waiting at most a second for each). The
+ *  Python package calls it at exit, while its reclaim hooks can still run. */
+TIDEPOOL_API tidepool_status tidepool_stop_sharing(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -100,6 +100,13 @@ struct mem_map_times {
   double set_access_us = -1.0;  ///< cuMemSetAccess (0 when the map failed before it)
 };
 
+/// A GPU's UUID (cuDeviceGetUuid): the same for every process that sees the GPU, whatever its
+/// ordinal there (CUDA_VISIBLE_DEVICES renumbers devices, not UUIDs).
+using device_uuid_bytes = std::array<std::uint8_t, 16>;
+
+/// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
+[[nodiscard]] TIDEPOOL_API std::string to_string(const device_uuid_bytes& uuid);
+
 /// Memory of one device as the driver sees it.
 struct device_memory_info {
   std::size_t total = 0;  ///< capacity of the device
@@ -153,6 +160,14 @@ class TIDEPOOL_API driver {
   virtual driver_status mem_free(int device, device_address address) = 0;
 
   [[nodiscard]] virtual device_memory_info memory_info(int device) = 0;
+
+  /// The UUID of `device`, which names one GPU to every process (the per-GPU ledger of processes
+  /// sharing it is keyed by it). Needs no context. not_supported where a driver has none.
+  virtual driver_status device_uuid(int device, device_uuid_bytes* out) {
+    (void)device;
+    (void)out;
+    return driver_status::not_supported;
+  }
 
   // Streams and events.
   virtual driver_status stream_create(int device, stream_t* out) = 0;

@@ -5,6 +5,7 @@
 // GPU (or set_default_driver() was called before the first pool was made).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -35,5 +36,28 @@ TIDEPOOL_API std::size_t release_cached_memory();
 /// The largest allocation that could succeed on `device` now: the pool's cache plus what the
 /// driver reports free, less headroom and byte cap.
 [[nodiscard]] TIDEPOOL_API std::size_t available_bytes(int device);
+
+/// How this process shares GPUs with the user's other tidepool processes (issue 14). Each GPU
+/// with a pool has a ledger in shared memory (/dev/shm, or $TIDEPOOL_LEDGER_DIR); before an
+/// allocation fails, the process asks the others on that GPU to hand back cached memory, and a
+/// helper thread serves their requests by releasing its own cache (never live data). Defaults
+/// come from TIDEPOOL_SHARING (0: off), TIDEPOOL_SHARING_GIVES (0: never give) and
+/// TIDEPOOL_SHARING_WAIT_MS.
+struct sharing_options {
+  bool enabled = true;  ///< ask the others before failing, and join the ledgers
+  bool gives = true;    ///< hand cached memory to the processes that ask
+  /// How long one out-of-memory path waits for the others' answers, in all.
+  std::chrono::milliseconds wait{100};
+};
+
+/// The options in force.
+[[nodiscard]] TIDEPOOL_API sharing_options get_sharing_options();
+/// Sets them, at any time: turning sharing off leaves every ledger and stops the helper threads;
+/// `gives` is published at once. A wait of more than 60 s is refused (tidepool::error).
+TIDEPOOL_API void set_sharing_options(const sharing_options& options);
+/// Leaves every ledger and stops the helper threads, waiting at most a second for each (Python
+/// calls it at exit, before the interpreter can no longer run a reclaim hook). Sharing resumes
+/// when another pool is made.
+TIDEPOOL_API void stop_sharing();
 
 }  // namespace tidepool

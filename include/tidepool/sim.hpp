@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tidepool/driver.hpp"
@@ -37,6 +38,14 @@ struct sim_config {
   /// stream_create hands out the handle of the stream destroyed last, as a driver that recycles
   /// stream objects may (tests of a pool meeting a new stream under an old handle).
   bool reuse_stream_handles = false;
+  /// Names the devices: device d's UUID (device_uuid) is a hash of this key and d, so sims made
+  /// with one key, in any process, are the same GPUs. Empty: a key of this sim_driver's own (its
+  /// pid and a counter), since its devices are then its own.
+  std::string uuid_key;
+  /// Non-empty: each device's capacity is shared with every process whose sim has a device of the
+  /// same UUID, through a file in this directory (e.g. "/dev/shm") that keeps what each process
+  /// holds, so one process's holdings make another's allocation fail, as on a real GPU.
+  std::string shared_capacity_directory;
 };
 
 namespace detail {
@@ -69,6 +78,7 @@ class TIDEPOOL_API sim_driver final : public driver {
   driver_status mem_alloc(int device, std::size_t size, device_address* out) override;
   driver_status mem_free(int device, device_address address) override;
   [[nodiscard]] device_memory_info memory_info(int device) override;
+  driver_status device_uuid(int device, device_uuid_bytes* out) override;
   driver_status stream_create(int device, stream_t* out) override;
   driver_status stream_destroy(int device, stream_t stream) override;
   [[nodiscard]] bool stream_on_device(stream_t stream, int device) override;

@@ -20,14 +20,16 @@ from ._library import load as _load
 from ._library import path as library_path
 from ._options import get_pool_options, set_pool_options
 from ._release import release_cached_memory
+from ._sharing import get_sharing_options, set_sharing_options
 from ._stats import Stats, available_bytes, stats, summary
 
 __all__ = [
     "ANY_DEVICE", "InvalidArgumentError", "LibraryNotFoundError", "OutOfMemoryError", "Stats",
     "TidepoolError",
     "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "device_count", "forget_stream",
-    "get_current_stream", "get_pool_options", "has_context", "library_path", "record_stream", "release",
-    "release_cached_memory", "remove_reclaim_hook", "set_current_stream", "set_pool_options",
+    "get_current_stream", "get_pool_options", "get_sharing_options", "has_context", "library_path",
+    "record_stream", "release", "release_cached_memory", "remove_reclaim_hook", "set_current_stream",
+    "set_pool_options", "set_sharing_options",
     "stats", "summary",
     "version",
 ]

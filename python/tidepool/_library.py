@@ -64,6 +64,17 @@ class CPoolOptions(ctypes.Structure):
     ]
 
 
+class CSharingOptions(ctypes.Structure):
+    """tidepool_sharing_options_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("enabled", ctypes.c_int32),
+        ("gives", ctypes.c_int32),
+        ("wait_milliseconds", ctypes.c_uint64),
+    ]
+
+
 _status = ctypes.c_int
 _size_p = ctypes.POINTER(ctypes.c_size_t)
 _int_p = ctypes.POINTER(ctypes.c_int)
@@ -95,6 +106,9 @@ _PROTOTYPES = {
     "tidepool_get_default_pool_options": (_status, [ctypes.POINTER(CPoolOptions)]),
     "tidepool_add_reclaim_hook": (_status, [RECLAIM_FN, ctypes.c_void_p, _int_p]),
     "tidepool_remove_reclaim_hook": (_status, [ctypes.c_int]),
+    "tidepool_set_sharing_options": (_status, [ctypes.POINTER(CSharingOptions)]),
+    "tidepool_get_sharing_options": (_status, [ctypes.POINTER(CSharingOptions)]),
+    "tidepool_stop_sharing": (_status, []),
 }
 
 _lock = threading.RLock()

@@ -1,10 +1,18 @@
-// The parts of the device interface shared by every driver: names of statuses and calls, and the
-// sums over call counts.
+// The parts of the device interface shared by every driver: names of statuses, calls and UUIDs,
+// and the sums over call counts.
 #include "tidepool/driver.hpp"
 
 #include <numeric>
 
+#include <fmt/format.h>
+
 namespace tidepool {
+
+std::string to_string(const device_uuid_bytes& u) {
+  return fmt::format("GPU-{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
+                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                     u[14], u[15]);
+}
 
 std::string_view to_string(driver_status status) noexcept {
   switch (status) {

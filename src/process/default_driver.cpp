@@ -1,5 +1,6 @@
 // The process's driver: chosen by set_default_driver(), else by the environment (TIDEPOOL_DEVICE,
-// TIDEPOOL_SIM_DEVICES, TIDEPOOL_SIM_CAPACITY), else the CUDA driver. Fixed once a pool exists.
+// TIDEPOOL_SIM_DEVICES, TIDEPOOL_SIM_CAPACITY, TIDEPOOL_SIM_UUID, TIDEPOOL_SIM_SHARED), else the
+// CUDA driver. Fixed once a pool exists.
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -92,6 +93,14 @@ sim_config sim_config_from_environment() {
                    "bytes per device, at least one 2 MiB page (e.g. 1073741824 or 1GiB)");
     }
     config.capacity = bytes;
+  }
+  // Processes started with one TIDEPOOL_SIM_UUID see the same simulated GPUs (one ledger); with
+  // TIDEPOOL_SIM_SHARED=DIR they also share the GPUs' capacity through files in DIR.
+  config.uuid_key = std::string(environment("TIDEPOOL_SIM_UUID"));
+  if (auto shared = environment("TIDEPOOL_SIM_SHARED"); !shared.empty()) {
+    if (shared.front() != '/') bad_variable("TIDEPOOL_SIM_SHARED", shared, "an absolute directory, e.g. /dev/shm");
+    config.shared_capacity_directory = std::string(shared);
+    if (config.uuid_key.empty()) config.uuid_key = "shared";
   }
   return config;
 }

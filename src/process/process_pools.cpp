@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "process/process_state.hpp"
+#include "process/sharing.hpp"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
 
@@ -47,6 +48,8 @@ pool_options default_pool_options() {
 }
 
 void reset_process_for_testing() {
+  // The helper threads read the pools: stopped before the pools go.
+  reset_sharing_for_testing();
   auto& state = process();
   std::lock_guard lock(state.mutex);
   delete state.table.exchange(nullptr, std::memory_order_acq_rel);
@@ -85,7 +88,10 @@ pool& create_device_pool(int device) {
 
 pool& device_pool(int device) {
   if (pool* p = detail::find_pool(device)) return *p;
-  return detail::create_device_pool(device);
+  pool& made = detail::create_device_pool(device);
+  // Outside the process's lock: joining opens a file and starts a thread (once per device).
+  detail::sharing_join(device);
+  return made;
 }
 
 std::vector<pool*> existing_pools() {

@@ -25,6 +25,7 @@ namespace tidepool::detail {
   X(cuDeviceGetCount, 12000, true)                    \
   X(cuDeviceGetAttribute, 12000, true)                \
   X(cuDeviceGetPCIBusId, 12000, true)                 \
+  X(cuDeviceGetUuid, 12000, false)                    \
   X(cuDeviceTotalMem, 12000, true)                    \
   X(cuDevicePrimaryCtxRetain, 12000, true)            \
   X(cuDevicePrimaryCtxRelease, 12000, true)           \

@@ -230,6 +230,18 @@ driver_status cuda_driver::mem_free(int device, device_address address) {
   return in_context(device, driver_call::mem_free, [&] { return api_.cuMemFree(to_cu(address)); });
 }
 
+driver_status cuda_driver::device_uuid(int device, device_uuid_bytes* out) {
+  if (!valid(device) || out == nullptr) return driver_status::invalid_value;
+  // Optional in the table (cuGetProcAddress gives cuDeviceGetUuid_v2 for CUDA 12.0); it needs
+  // no context, so naming the ledger of a GPU opens nothing.
+  if (api_.cuDeviceGetUuid == nullptr) return driver_status::not_supported;
+  CUuuid uuid{};
+  const CUresult result = api_.cuDeviceGetUuid(&uuid, state(device).handle);
+  if (result != CUDA_SUCCESS) return to_driver_status(result);
+  for (std::size_t i = 0; i < out->size(); ++i) (*out)[i] = static_cast<std::uint8_t>(uuid.bytes[i]);
+  return driver_status::success;
+}
+
 device_memory_info cuda_driver::memory_info(int device) {
   device_memory_info info;
   if (!valid(device)) return info;

@@ -47,6 +47,7 @@ class cuda_driver final : public driver {
   driver_status mem_alloc(int device, std::size_t size, device_address* out) override;
   driver_status mem_free(int device, device_address address) override;
   [[nodiscard]] device_memory_info memory_info(int device) override;
+  driver_status device_uuid(int device, device_uuid_bytes* out) override;
 
   driver_status stream_create(int device, stream_t* out) override;
   driver_status stream_destroy(int device, stream_t stream) override;

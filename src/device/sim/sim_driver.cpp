@@ -93,6 +93,13 @@ device_memory_info sim_driver::memory_info(int device) {
   return {state.config.capacity, state.free_bytes(target), target.physical_bytes()};
 }
 
+driver_status sim_driver::device_uuid(int device, device_uuid_bytes* out) {
+  std::lock_guard lock(state_->mutex);
+  if (!state_->valid_device(device) || out == nullptr) return driver_status::invalid_value;
+  *out = state_->devices[static_cast<std::size_t>(device)].uuid;
+  return driver_status::success;
+}
+
 std::size_t sim_driver::trim_async_pools(int device) {
   std::lock_guard lock(state_->mutex);
   detail::sim_state& state = *state_;
@@ -103,6 +110,7 @@ std::size_t sim_driver::trim_async_pools(int device) {
   detail::sim_device& target = state.devices[static_cast<std::size_t>(device)];
   const std::size_t trimmed = target.async_pool_bytes;
   target.async_pool_bytes = 0;
+  target.publish();
   return trimmed;
 }
 
@@ -128,6 +136,7 @@ void sim_driver::park_in_async_pool(int device, std::size_t bytes) {
                             state.free_bytes(target), device));
   }
   target.async_pool_bytes += bytes;
+  target.publish();
 }
 
 std::size_t sim_driver::async_pool_bytes(int device) const {

@@ -31,7 +31,11 @@ struct plain_pages {
 // `bytes` of whole 2 MiB pages for mem_alloc, counted as held; nullopt when the device has no room.
 // cudaMalloc was seen (driver 580) to reclaim the stream-ordered pools before failing.
 std::optional<plain_pages> new_pages(detail::sim_state& state, sim_device& target, std::size_t bytes) {
-  if (!state.fits(target, bytes) && target.async_pool_bytes > 0) target.async_pool_bytes = 0;
+  const auto shared = target.hold_shared();
+  if (!state.fits(target, bytes) && target.async_pool_bytes > 0) {
+    target.async_pool_bytes = 0;
+    target.publish();
+  }
   if (!state.fits(target, bytes)) return std::nullopt;
   plain_pages pages;
   if (state.config.back_with_host_memory) {
@@ -44,6 +48,7 @@ std::optional<plain_pages> new_pages(detail::sim_state& state, sim_device& targe
     pages.address = *taken;
   }
   target.allocation_bytes += bytes;
+  target.publish();
   return pages;
 }
 
@@ -55,6 +60,7 @@ void give_back_pages(detail::sim_state& state, sim_device& target, device_addres
     target.addresses.give_back(address);
   }
   target.allocation_bytes -= bytes;
+  target.publish();
 }
 
 // The mappings that cover [address, address + size) exactly, one after another with no gap and
@@ -115,6 +121,7 @@ void destroy_handle(sim_device& device, std::unordered_map<physical_handle, deta
   device.handle_bytes -= handle->second.size;
   detail::host_destroy_memory(handle->second.memfd);
   device.handles.erase(handle);
+  device.publish();
 }
 
 }  // namespace
@@ -173,6 +180,7 @@ driver_status sim_driver::mem_create(int device, std::size_t size, physical_hand
   if (out == nullptr || size == 0 || size % state.config.granularity != 0) return driver_status::invalid_value;
   sim_device& target = state.devices[static_cast<std::size_t>(device)];
   // Unlike cudaMalloc, cuMemCreate does not reclaim the stream-ordered pools: the pool must trim.
+  const auto shared = target.hold_shared();
   if (!state.fits(target, size)) return driver_status::out_of_memory;
   int memfd = -1;
   if (state.config.back_with_host_memory) {
@@ -182,6 +190,7 @@ driver_status sim_driver::mem_create(int device, std::size_t size, physical_hand
   const physical_handle handle = state.next_handle++;
   target.handles.emplace(handle, detail::sim_handle{size, 0, false, memfd});
   target.handle_bytes += size;
+  target.publish();
   *out = handle;
   return driver_status::success;
 }

@@ -2,19 +2,58 @@
 // capacity, stream tails and the check for memory that queued work still touches.
 #include "device/sim/sim_state.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <string_view>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "device/sim/host_backing.hpp"
 
 namespace tidepool::detail {
+namespace {
+
+// FNV-1a, 64 bits, from `seed`: two of them make a deterministic 16-byte UUID.
+std::uint64_t fnv1a(std::string_view text, std::uint64_t seed) noexcept {
+  std::uint64_t hash = seed;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+device_uuid_bytes uuid_of(const std::string& key, int device) {
+  const std::string text = fmt::format("tidepool-sim/{}/{}", key, device);
+  const std::uint64_t halves[2] = {fnv1a(text, 0xcbf29ce484222325ULL), fnv1a(text, 0x84222325cbf29ce4ULL)};
+  device_uuid_bytes uuid{};
+  for (std::size_t i = 0; i < uuid.size(); ++i) uuid[i] = static_cast<std::uint8_t>(halves[i / 8] >> (8 * (i % 8)));
+  return uuid;
+}
+
+// A key no other sim_driver has: this process's pid and a counter.
+std::string private_key() {
+  static std::atomic<std::uint64_t> serial{0};
+  return fmt::format("private-{}-{}", ::getpid(), serial.fetch_add(1, std::memory_order_relaxed));
+}
+
+}  // namespace
 
 sim_state::sim_state(sim_config settings) : config(std::move(settings)) {
   const int count = std::max(config.device_count, 0);
   devices.reserve(static_cast<std::size_t>(count));
+  const std::string key = config.uuid_key.empty() ? private_key() : config.uuid_key;
   for (int d = 0; d < count; ++d) {
     devices.emplace_back(d);
-    devices.back().other_processes_bytes = config.other_processes_bytes;
+    sim_device& device = devices.back();
+    device.other_processes_bytes = config.other_processes_bytes;
+    device.uuid = uuid_of(key, d);
+    if (!config.shared_capacity_directory.empty()) {
+      device.shared = std::make_unique<sim_shared_capacity>(config.shared_capacity_directory, to_string(device.uuid));
+    }
   }
   for (const int d : config.devices_with_context) {
     // A context held from the start holds its memory like one opened later.
@@ -22,6 +61,7 @@ sim_state::sim_state(sim_config settings) : config(std::move(settings)) {
       sim_device& device = devices[static_cast<std::size_t>(d)];
       device.context = true;
       device.context_bytes = config.context_bytes;
+      device.publish();
     }
   }
 }
@@ -70,7 +110,11 @@ bool sim_state::valid_device(int device) const noexcept {
 }
 
 std::size_t sim_state::free_bytes(const sim_device& device) const noexcept {
-  const std::size_t taken = device.other_processes_bytes + device.physical_bytes();
+  std::size_t taken = device.other_processes_bytes + device.physical_bytes();
+  if (device.shared) {
+    const std::size_t others = device.shared->others_bytes();
+    taken = others > SIZE_MAX - taken ? SIZE_MAX : taken + others;
+  }
   return taken >= config.capacity ? 0 : config.capacity - taken;
 }
 
@@ -102,9 +146,11 @@ std::uintptr_t sim_state::make_token(int device) noexcept {
 
 driver_status sim_state::open_context(sim_device& device) noexcept {
   if (device.context) return driver_status::success;
+  const auto shared = device.hold_shared();
   if (config.context_bytes > free_bytes(device)) return driver_status::out_of_memory;
   device.context = true;
   device.context_bytes = config.context_bytes;
+  device.publish();
   return driver_status::success;
 }
 

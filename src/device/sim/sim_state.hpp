@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "device/sim/address_space.hpp"
+#include "device/sim/shared_capacity.hpp"
 #include "tidepool/driver.hpp"
 #include "tidepool/sim.hpp"
 
@@ -80,6 +82,9 @@ struct sim_device {
   std::size_t async_pool_bytes = 0;
   std::size_t context_bytes = 0;
   std::size_t mapped_bytes = 0;
+  device_uuid_bytes uuid{};
+  /// The capacity shared with other processes (sim_config::shared_capacity_directory), else null.
+  std::unique_ptr<sim_shared_capacity> shared;
   sim_address_space addresses;
   std::map<device_address, sim_reservation> reservations;
   std::map<device_address, sim_mapping> mappings;
@@ -100,6 +105,15 @@ struct sim_device {
   /// Physical bytes this process holds on the device.
   [[nodiscard]] std::size_t physical_bytes() const noexcept {
     return handle_bytes + allocation_bytes + async_pool_bytes + context_bytes;
+  }
+  /// Tells the processes sharing the device what this one holds now (after every change).
+  void publish() const noexcept {
+    if (shared) shared->publish(physical_bytes());
+  }
+  /// Holds the shared device's lock while a room check and the taking of the room happen (a
+  /// no-op lock on a device of this process's own).
+  [[nodiscard]] std::unique_lock<sim_shared_capacity> hold_shared() const {
+    return shared ? std::unique_lock<sim_shared_capacity>(*shared) : std::unique_lock<sim_shared_capacity>();
   }
 };
 
