@@ -28,7 +28,7 @@ def test_growth_slack_round_trips_and_bad_values_are_refused():
     out = run_script("""
         import tidepool
         print(tidepool.get_pool_options()["growth_slack"])
-        tidepool.set_pool_options(growth_slack=0.5)
+        tidepool.set_pool_options(growth_slack=0.25)
         print(tidepool.get_pool_options()["growth_slack"])
         try:
             tidepool.set_pool_options(growth_slack=-1)
@@ -36,7 +36,7 @@ def test_growth_slack_round_trips_and_bad_values_are_refused():
             print(e.name)
         print(tidepool.get_pool_options()["growth_slack"])
     """)
-    assert out.strip().splitlines() == ["0.1", "0.5", "TIDEPOOL_INVALID_ARGUMENT", "0.5"]
+    assert out.strip().splitlines() == ["0.5", "0.25", "TIDEPOOL_INVALID_ARGUMENT", "0.25"]
 
 
 def test_unknown_options_are_refused(tp):
