@@ -8,6 +8,15 @@ if(TIDEPOOL_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
+# ThreadSanitizer cannot share a process with AddressSanitizer, hence a build of its own
+# (scripts/test.sh runs the tests labelled `threads` in it).
+if(TIDEPOOL_SANITIZE_THREAD)
+  if(TIDEPOOL_SANITIZE)
+    message(FATAL_ERROR "TIDEPOOL_SANITIZE_THREAD and TIDEPOOL_SANITIZE cannot be combined")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
 # GCC 13 reports -Warray-bounds inside fmt 9's own headers (bigint in format_dragon, inlined into
 # every file that formats a floating-point number now that fmt is header-only): a known false
 # positive of that compiler on that code, not ours. It stays a warning there, not an error.
