@@ -151,8 +151,10 @@ void pool_impl::settle_frees(bool wait) {
   for (std::size_t i = 0; i < pending_.size();) {
     pending_free& p = pending_[i];
     bool done = !p.needs_device_wait;
+    // Only an event that completed proves the recorded stream's work done: a failed query leaves
+    // the free waiting (for a later query or a device-wide wait), never reused under that work.
     for (std::size_t e = 0; done && e < p.events.size(); ++e) {
-      done = calls_.event_query(p.events[e]) != driver_status::not_ready;
+      done = calls_.event_query(p.events[e]) == driver_status::success;
     }
     if (!done) {
       ++i;
