@@ -17,6 +17,15 @@ if(TIDEPOOL_SANITIZE_THREAD)
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
   add_link_options(-fsanitize=thread)
 endif()
+# libFuzzer (clang only): every object gets coverage instrumentation and ASan+UBSan; the fuzz
+# targets link the fuzzer's main (tests/fuzz/CMakeLists.txt).
+if(TIDEPOOL_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "TIDEPOOL_FUZZ needs clang (CMAKE_CXX_COMPILER=clang++)")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
 # GCC 13 reports -Warray-bounds inside fmt 9's own headers (bigint in format_dragon, inlined into
 # every file that formats a floating-point number now that fmt is header-only): a known false
 # positive of that compiler on that code, not ours. It stays a warning there, not an error.
