@@ -2,7 +2,8 @@
 # Every test: installs what is needed, builds tidepool twice (Release, then with AddressSanitizer
 # and UndefinedBehaviorSanitizer), and runs the C++ suites (CTest) and the Python suite (pytest)
 # on each. GPU tests (label `gpu`) skip themselves where there is no GPU. Then the tests labelled
-# `cpu-threads` (threads, the process layer, the C API, the stress test) under ThreadSanitizer.
+# `cpu-threads` (threads, the process layer, the C API, the stress test) under ThreadSanitizer,
+# and the libFuzzer targets (clang) for FUZZ_SECONDS (default 30) each.
 # Each stage prints its time ("=== time NAME: N s").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,3 +42,21 @@ timed "build build-tsan" bash -c "cmake -S '$root' -B '$tsan' -G Ninja -DTIDEPOO
 echo "=== ctest $tsan -L threads"
 timed "ctest build-tsan" bash -c "cd '$tsan' && TSAN_OPTIONS='halt_on_error=1 second_deadlock_stack=1' \
   ctest -L threads --output-on-failure -j $jobs --timeout 600"
+
+# libFuzzer (clang, a build of its own): every input that once crashed (tests/fuzz/regression/)
+# runs once, then each target fuzzes for FUZZ_SECONDS from its seed corpus (tests/fuzz/corpus/;
+# what it finds goes to build-fuzz/corpus/, never into the committed seeds).
+fuzz=$root/build-fuzz
+echo "=== build $fuzz (libFuzzer)"
+timed "build build-fuzz" bash -c "CC=clang CXX=clang++ cmake -S '$root' -B '$fuzz' -G Ninja -DTIDEPOOL_WERROR=ON \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEPOOL_FUZZ=ON -DTIDEPOOL_BUILD_TESTS=OFF -DTIDEPOOL_BUILD_BENCH=OFF >/dev/null &&
+  cmake --build '$fuzz' -j $jobs --target fuzz_trace_reader fuzz_pool_calls"
+for target in trace_reader pool_calls; do
+  mkdir -p "$fuzz/corpus/$target"
+  regression=("$root/tests/fuzz/regression/$target"/*)
+  if [ -e "${regression[0]}" ]; then
+    timed "fuzz regression $target" "$fuzz/tests/fuzz/fuzz_$target" "${regression[@]}"
+  fi
+  timed "fuzz $target" "$fuzz/tests/fuzz/fuzz_$target" -max_total_time="${FUZZ_SECONDS:-30}" -print_final_stats=1 \
+    -artifact_prefix="$fuzz/" "$fuzz/corpus/$target" "$root/tests/fuzz/corpus/$target"
+done
