@@ -116,7 +116,7 @@ void pool_impl::settle_stream(stream_state& s) {
 }
 
 void pool_impl::flush_parked() {
-  streams_.for_each([this](stream_state& s) {
+  streams_.for_each([](stream_state& s) {
     if (block* b = s.parked) {
       s.parked = nullptr;
       b->owner_arena->give_back(b, free_slot(s, b->free_sequence), b->free_sequence, b->freed_tick);

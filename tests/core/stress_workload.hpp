@@ -159,7 +159,11 @@ class stress_workload {
   ~stress_workload() {
     for (auto& thread_slots : slots_) {
       for (auto& slot : thread_slots) {
-        pool_.forget_stream(slot->handle);
+        try {
+          pool_.forget_stream(slot->handle);
+        } catch (const error& e) {
+          ADD_FAILURE() << "stress: forget_stream failed: " << e.what();
+        }
         (void)pool_.get_driver()->stream_destroy(pool_.device(), slot->handle);
       }
     }

@@ -194,8 +194,12 @@ class session {
       case entry::torch:
         try {
           ptr = tidepool_torch_alloc(bytes, 0, handle);
-        } catch (const std::exception&) {
-          status = tidepool_last_status();
+        } catch (const std::exception& e) {
+          // PyTorch's way: an exception whose message says why (out of memory in PyTorch's words).
+          if (std::strstr(e.what(), "out of memory") == nullptr && std::strstr(e.what(), "tidepool") == nullptr) {
+            fail("tidepool_torch_alloc threw without saying why");
+          }
+          return;
         }
         break;
       case entry::cupy:
