@@ -31,9 +31,10 @@ struct fault_sweep_result {
 };
 
 /// Whether the run going on has a mem_release failure armed. arena::remap_split (placement.cpp)
-/// ignores a failed mem_release of the handle it has just unmapped: the pool still counts it as
-/// held, so its figures stay equal to the driver's, but no block covers it and no release() can
-/// hand it back (reported to the lead, who owns that file; docs/RESULTS.md, issue 10). Until that
+/// and growth after a failed map (growth.cpp) ignore a failed mem_release of a handle no block
+/// covers: the pool still counts it as held, so its figures stay equal to the driver's, but no
+/// release() can hand it back (reported to the lead, who owns those files; docs/RESULTS.md,
+/// issue 10). Until that
 /// is fixed, such a run checks that the pool counts what the driver holds instead of nothing held,
 /// and the sweep counts the runs that leaked.
 inline bool& mem_release_failure_armed() {
