@@ -8,6 +8,24 @@ if(TIDEPOOL_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
+# ThreadSanitizer cannot share a process with AddressSanitizer, hence a build of its own
+# (scripts/test.sh runs the tests labelled `threads` in it).
+if(TIDEPOOL_SANITIZE_THREAD)
+  if(TIDEPOOL_SANITIZE)
+    message(FATAL_ERROR "TIDEPOOL_SANITIZE_THREAD and TIDEPOOL_SANITIZE cannot be combined")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+# libFuzzer (clang only): every object gets coverage instrumentation and ASan+UBSan; the fuzz
+# targets link the fuzzer's main (tests/fuzz/CMakeLists.txt).
+if(TIDEPOOL_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "TIDEPOOL_FUZZ needs clang (CMAKE_CXX_COMPILER=clang++)")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
 # GCC 13 reports -Warray-bounds inside fmt 9's own headers (bigint in format_dragon, inlined into
 # every file that formats a floating-point number now that fmt is header-only): a known false
 # positive of that compiler on that code, not ours. It stays a warning there, not an error.

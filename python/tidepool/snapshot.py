@@ -35,14 +35,30 @@ def _time_of_day(time_us):
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{micros:06d}"
 
 
+def _count(value, name):
+    """A field that must be a whole number from 0 to 2**64 - 1 (the trace reader's range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{name} is a {type(value).__name__}")
+    number = int(value)
+    if number != value and not isinstance(value, str):
+        raise ValueError(f"{name} {value!r} is not a whole number")
+    if not 0 <= number < 1 << 64:
+        raise ValueError(f"{name} {number} is out of range")
+    return number
+
+
 def convert(snapshot, device=0):
     """Returns (rows, dropped): the log's rows as strings (header excluded) for `device`, and the
     number of frees dropped because the trace never allocated their address."""
     if not isinstance(snapshot, dict) or "device_traces" not in snapshot:
         raise SnapshotError("not a torch.cuda.memory._snapshot(): no 'device_traces'")
     traces = snapshot["device_traces"]
+    if not isinstance(traces, (list, tuple)):
+        raise SnapshotError(f"'device_traces' is a {type(traces).__name__}, not a list of traces")
     if not 0 <= device < len(traces):
         raise SnapshotError(f"device {device} has no trace (the snapshot has {len(traces)})")
+    if not isinstance(traces[device], (list, tuple)):
+        raise SnapshotError(f"device_traces[{device}] is a {type(traces[device]).__name__}, not a list of entries")
     rows = []
     live = set()
     dropped = 0
@@ -51,11 +67,11 @@ def convert(snapshot, device=0):
             action = entry["action"]
             if action not in ("alloc", "free_completed", "oom"):
                 continue
-            address = int(entry.get("addr", 0))
-            size = int(entry["size"])
-            stream = int(entry.get("stream", 0))
-            when = _time_of_day(entry.get("time_us", 0))
-        except (KeyError, TypeError, ValueError) as e:
+            address = _count(entry.get("addr", 0), "addr")
+            size = _count(entry["size"], "size")
+            stream = _count(entry.get("stream", 0), "stream")
+            when = _time_of_day(_count(entry.get("time_us", 0), "time_us"))
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise SnapshotError(f"device_traces[{device}][{index}]: bad entry {entry!r}: {e}") from None
         if action == "alloc":
             if address in live:

@@ -78,6 +78,7 @@ pool_impl::~pool_impl() {
     // The device could not be waited for; unmapping below is still the only way to give the
     // memory back, so go on.
   }
+  for (std::uint32_t id : unreleased_) (void)pages_.release(id);  // a last try; nothing else holds them
   for (auto& a : arenas_) a->tear_down();
   events_.destroy_all();
 }

@@ -50,7 +50,10 @@ bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool over
     // Recorded again, the newest event covers everything up to now and completes later; the
     // older one still completes as before, so frees keep moving on.
     stream_event& newest = s.events[s.in_flight - 1];
-    if (calls_.event_record(newest.event, s.stream) != driver_status::success) return false;
+    if (const driver_status status = calls_.event_record(newest.event, s.stream); status != driver_status::success) {
+      record_failure_ = status;
+      return false;
+    }
     newest.watermark = watermark;
     s.covered = watermark;
     return true;
@@ -60,9 +63,11 @@ bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool over
     e = events_.acquire();
   } catch (const error&) {
     s.record_due = false;  // until its events settle: its frees wait for those or a device-wide wait
+    record_failure_ = driver_status::error;
     return false;
   }
-  if (calls_.event_record(e, s.stream) != driver_status::success) {
+  if (const driver_status status = calls_.event_record(e, s.stream); status != driver_status::success) {
+    record_failure_ = status;
     events_.give_back(e);
     s.record_due = false;
     return false;
@@ -74,11 +79,18 @@ bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool over
 }
 
 void pool_impl::record_or_throw(stream_state& s) {
+  record_failure_ = driver_status::success;
   if (record_event(s, s.last_free)) return;
   s.record_due = true;  // nothing changed: try again at the stream's next call
-  throw error(error_code::invalid_stream,
-              fmt::format("tidepool: cannot record an event on stream {} of device {} (destroyed?)",
-                          fmt::ptr(s.stream), device_));
+  // A bad handle is what a destroyed stream gives; any other failure is the driver's, and says so.
+  if (record_failure_ == driver_status::invalid_value) {
+    throw error(error_code::invalid_stream,
+                fmt::format("tidepool: cannot record an event on stream {} of device {} (destroyed?)",
+                            fmt::ptr(s.stream), device_));
+  }
+  throw error(error_code::driver_failure,
+              fmt::format("tidepool: recording an event on stream {} of device {} failed: {}", fmt::ptr(s.stream),
+                          device_, to_string(record_failure_)));
 }
 
 void pool_impl::settle_stream(stream_state& s) {
@@ -104,7 +116,7 @@ void pool_impl::settle_stream(stream_state& s) {
 }
 
 void pool_impl::flush_parked() {
-  streams_.for_each([this](stream_state& s) {
+  streams_.for_each([](stream_state& s) {
     if (block* b = s.parked) {
       s.parked = nullptr;
       b->owner_arena->give_back(b, free_slot(s, b->free_sequence), b->free_sequence, b->freed_tick);
@@ -139,8 +151,10 @@ void pool_impl::settle_frees(bool wait) {
   for (std::size_t i = 0; i < pending_.size();) {
     pending_free& p = pending_[i];
     bool done = !p.needs_device_wait;
+    // Only an event that completed proves the recorded stream's work done: a failed query leaves
+    // the free waiting (for a later query or a device-wide wait), never reused under that work.
     for (std::size_t e = 0; done && e < p.events.size(); ++e) {
-      done = calls_.event_query(p.events[e]) != driver_status::not_ready;
+      done = calls_.event_query(p.events[e]) == driver_status::success;
     }
     if (!done) {
       ++i;
@@ -235,6 +249,14 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, ar
     return released;
   }
   std::vector<std::uint32_t> ids;
+  // Handles a failed release left behind go first: they are held already and cover nothing.
+  if (!unreleased_.empty()) {
+    const driver_status status = release_handles(ids, released);
+    if (status != driver_status::success) {
+      throw error(error_code::driver_failure,
+                  fmt::format("tidepool: mem_release failed on device {}: {}", device_, to_string(status)));
+    }
+  }
   for (auto& a : arenas_) {
     if (released >= want) break;
     if (only != nullptr && a.get() != only) continue;
@@ -242,14 +264,10 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, ar
     std::size_t room = at_most ? left : everything;
     ids.clear();
     const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids, everything);
-    for (std::uint32_t id : ids) {
-      const std::size_t size = pages_.record(id).size;
-      const driver_status status = pages_.release(id);
-      if (status != driver_status::success) {
-        throw error(error_code::driver_failure,
-                    fmt::format("tidepool: mem_release failed on device {}: {}", device_, to_string(status)));
-      }
-      released += size;
+    const driver_status status = release_handles(ids, released);
+    if (status != driver_status::success) {
+      throw error(error_code::driver_failure,
+                  fmt::format("tidepool: mem_release failed on device {}: {}", device_, to_string(status)));
     }
     if (unmapped != driver_status::success) {
       throw error(error_code::driver_failure,
@@ -264,6 +282,25 @@ std::size_t pool_impl::release() {
   settle_frees(true);
   trim_floor_ = 0;
   return release_in_steps(everything, any_tick);
+}
+
+driver_status pool_impl::release_handles(const std::vector<std::uint32_t>& ids, std::size_t& released) {
+  std::vector<std::uint32_t> retry;
+  retry.swap(unreleased_);
+  driver_status first_failure = driver_status::success;
+  auto release_one = [&](std::uint32_t id) {
+    const std::size_t size = pages_.record(id).size;
+    const driver_status status = pages_.release(id);
+    if (status == driver_status::success) {
+      released += size;
+      return;
+    }
+    unreleased_.push_back(id);
+    if (first_failure == driver_status::success) first_failure = status;
+  };
+  for (std::uint32_t id : ids) release_one(id);
+  for (std::uint32_t id : retry) release_one(id);
+  return first_failure;
 }
 
 std::size_t pool_impl::release_in_steps(std::size_t want, std::uint64_t freed_by) {

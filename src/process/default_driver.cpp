@@ -1,6 +1,8 @@
 // The process's driver: chosen by set_default_driver(), else by the environment (TIDEPOOL_DEVICE,
-// TIDEPOOL_SIM_DEVICES, TIDEPOOL_SIM_CAPACITY, TIDEPOOL_SIM_UUID, TIDEPOOL_SIM_SHARED), else the
-// CUDA driver. Fixed once a pool exists.
+// TIDEPOOL_SIM_DEVICES, TIDEPOOL_SIM_CAPACITY, TIDEPOOL_SIM_UUID, TIDEPOOL_SIM_SHARED, and
+// TIDEPOOL_SIM_FAIL: driver failures injected into the sim, so a process that reaches tidepool only
+// through the C API, Python, can be fault tested), else the CUDA driver. Fixed once a pool exists.
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -105,11 +107,51 @@ sim_config sim_config_from_environment() {
   return config;
 }
 
+// TIDEPOOL_SIM_FAIL="CALL:N[:STATUS],...": the Nth call of kind CALL (a driver_call name, e.g.
+// mem_create) fails with STATUS (a driver_status name, default "error"), as sim_driver::fail_nth.
+void inject_failures_from_environment(sim_driver& sim) {
+  const auto spec = environment("TIDEPOOL_SIM_FAIL");
+  constexpr std::string_view expected = "CALL:N[:STATUS] items separated by commas, e.g. mem_create:2:out_of_memory";
+  std::size_t from = 0;
+  while (from < spec.size()) {
+    const std::size_t comma = std::min(spec.find(',', from), spec.size());
+    const std::string_view item = spec.substr(from, comma - from);
+    from = comma + 1;
+    const std::size_t colon = item.find(':');
+    if (colon == std::string_view::npos) bad_variable("TIDEPOOL_SIM_FAIL", spec, expected);
+    const std::string_view name = item.substr(0, colon);
+    std::string_view rest = item.substr(colon + 1);
+    std::string_view status_name = "error";
+    if (const std::size_t second = rest.find(':'); second != std::string_view::npos) {
+      status_name = rest.substr(second + 1);
+      rest = rest.substr(0, second);
+    }
+    std::uint64_t nth = 0;
+    if (!parse_count(rest, &nth) || nth == 0) bad_variable("TIDEPOOL_SIM_FAIL", spec, expected);
+    std::size_t kind = 0;
+    while (kind < driver_call_kinds && to_string(static_cast<driver_call>(kind)) != name) ++kind;
+    if (kind == driver_call_kinds) bad_variable("TIDEPOOL_SIM_FAIL", spec, "CALL, a driver call such as mem_create");
+    auto status = driver_status::success;
+    for (auto s : {driver_status::out_of_memory, driver_status::invalid_value, driver_status::not_supported,
+                   driver_status::not_ready, driver_status::error}) {
+      if (to_string(s) == status_name) status = s;
+    }
+    if (status == driver_status::success) {
+      bad_variable("TIDEPOOL_SIM_FAIL", spec, "STATUS, one of out_of_memory, invalid_value, not_supported, error");
+    }
+    sim.fail_nth(static_cast<driver_call>(kind), nth, status);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<driver> driver_from_environment() {
   const auto device = environment("TIDEPOOL_DEVICE");
-  if (device == "sim") return std::make_shared<sim_driver>(sim_config_from_environment());
+  if (device == "sim") {
+    auto sim = std::make_shared<sim_driver>(sim_config_from_environment());
+    inject_failures_from_environment(*sim);
+    return sim;
+  }
   if (device == "cuda") return make_cuda_driver();
   if (!device.empty()) bad_variable("TIDEPOOL_DEVICE", device, "'sim' or 'cuda'");
   try {

@@ -75,6 +75,23 @@ class pool_checker {
   /// Frees a block with no work queued on it.
   void free(void* ptr) { free_after_work(ptr, 0.0); }
 
+  /// Frees a block where the driver may fail (fault injection): when deallocate throws, the block
+  /// stays in the live set if the pool still holds it, and the error is rethrown.
+  void free_or_keep(void* ptr) {
+    const auto address = reinterpret_cast<std::uintptr_t>(ptr);
+    auto it = live_.find(address);
+    ASSERT_NE(it, live_.end());
+    check_pattern(address, it->second);
+    const stream_t stream = it->second.stream;
+    try {
+      pool_.deallocate(ptr, stream);
+    } catch (...) {
+      if (!pool_.owns(ptr)) live_.erase(it);
+      throw;
+    }
+    live_.erase(it);
+  }
+
   /// Runs every check on the pool as it is now.
   void check() {
     const pool_stats s = pool_.stats();

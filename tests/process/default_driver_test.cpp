@@ -15,7 +15,7 @@ namespace {
 class DefaultDriver : public process_test {
  protected:
   void TearDown() override {
-    for (const char* name : {"TIDEPOOL_DEVICE", "TIDEPOOL_SIM_DEVICES", "TIDEPOOL_SIM_CAPACITY"}) {
+    for (const char* name : {"TIDEPOOL_DEVICE", "TIDEPOOL_SIM_DEVICES", "TIDEPOOL_SIM_CAPACITY", "TIDEPOOL_SIM_FAIL"}) {
       ::unsetenv(name);
     }
     process_test::TearDown();
@@ -68,6 +68,27 @@ TEST_F(DefaultDriver, MalformedVariablesAreNamedWithTheirValue) {
     set("TIDEPOOL_SIM_CAPACITY", bad);
     EXPECT_NE(refusal().find(std::string("TIDEPOOL_SIM_CAPACITY='") + bad + "'"), std::string::npos)
         << bad;
+  }
+}
+
+TEST_F(DefaultDriver, SimFailuresFromTheEnvironment) {
+  set("TIDEPOOL_DEVICE", "sim");
+  set("TIDEPOOL_SIM_FAIL", "mem_create:2:out_of_memory,event_create:1");
+  const auto drv = default_driver();
+  drv->open_context(0);
+  physical_handle h1 = 0;
+  physical_handle h2 = 0;
+  EXPECT_EQ(drv->mem_create(0, 2 * MiB, &h1), driver_status::success);
+  EXPECT_EQ(drv->mem_create(0, 2 * MiB, &h2), driver_status::out_of_memory);
+  EXPECT_EQ(drv->mem_create(0, 2 * MiB, &h2), driver_status::success);
+  event_t e = nullptr;
+  EXPECT_EQ(drv->event_create(0, &e), driver_status::error);
+  EXPECT_EQ(drv->mem_release(0, h1), driver_status::success);
+  EXPECT_EQ(drv->mem_release(0, h2), driver_status::success);
+  for (const char* bad : {"mem_create", "mem_create:0", "mem_create:x", "no_such_call:1", "mem_create:1:success",
+                          "mem_create:1:oops", ",mem_create:1"}) {
+    set("TIDEPOOL_SIM_FAIL", bad);
+    EXPECT_NE(refusal().find(std::string("TIDEPOOL_SIM_FAIL='") + bad + "'"), std::string::npos) << bad;
   }
 }
 
