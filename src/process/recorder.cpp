@@ -1,0 +1,216 @@
+// The process's recorder: a writer thread that takes every pool's buffer and writes RMM log rows.
+#include "process/recorder.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "tidepool/errors.hpp"
+
+namespace tidepool::detail {
+
+namespace {
+
+std::int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string expand_pid(const std::string& path) {
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'p') {
+      out += std::to_string(::getpid());
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
+const char* action_text(recorded_event::kind what) {
+  switch (what) {
+    case recorded_event::kind::allocate:
+      return "allocate";
+    case recorded_event::kind::free:
+      return "free";
+    default:
+      return "allocate failure";
+  }
+}
+
+}  // namespace
+
+recorder& recorder::instance() {
+  static auto* const r = new recorder();  // leaked on purpose, as the process state
+  return *r;
+}
+
+void recorder::start(const std::string& path, const recording_options& options, const std::vector<pool*>& pools) {
+  if (options.notify_events == 0 || options.synchronous_events < options.notify_events ||
+      options.flush_interval.count() <= 0) {
+    throw error(error_code::invalid_argument,
+                "tidepool: recording options need notify_events > 0, synchronous_events >= notify_events and a "
+                "positive flush_interval");
+  }
+  std::lock_guard file_lock(file_mutex_);
+  if (file_) {
+    throw error(error_code::invalid_argument, fmt::format("tidepool: recording to {} already", file_->path()));
+  }
+  auto file = std::make_unique<record_file>(expand_pid(path));
+  file->write("Thread,Time,Action,Pointer,Size,Stream\n");
+  file_ = std::move(file);
+  options_ = options;
+  start_ns_ = steady_now_ns();
+  history_.clear();
+  rows_ = 0;
+  failed_ = false;
+  for (pool* p : pools) {
+    if (p != nullptr) attach(*p);
+  }
+  {
+    std::lock_guard wake_lock(wake_mutex_);
+    stopping_ = false;
+    wake_due_ = false;
+  }
+  writer_ = std::thread([this] { writer_loop(); });
+  if (!at_exit_registered_) {
+    at_exit_registered_ = true;
+    // A program that exits normally gets its last rows written.
+    std::atexit([] {
+      try {
+        tidepool::stop_recording();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "tidepool: finishing the recording at exit: %s\n", e.what());
+      }
+    });
+  }
+}
+
+void recorder::attach(pool& p) {
+  p.start_recording(options_.notify_events, &recorder::on_full, this);
+}
+
+void recorder::stop(const std::vector<pool*>& pools) {
+  {
+    std::lock_guard wake_lock(wake_mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  std::lock_guard file_lock(file_mutex_);
+  if (!file_) return;
+  for (pool* p : pools) {
+    if (p == nullptr) continue;
+    taken_.clear();
+    p->stop_recording(taken_);
+    consume(p->device(), taken_);
+  }
+  write_text();
+  file_.reset();
+}
+
+bool recorder::active() const {
+  std::lock_guard file_lock(file_mutex_);
+  return file_ != nullptr;
+}
+
+std::string recorder::path() const {
+  std::lock_guard file_lock(file_mutex_);
+  return file_ ? file_->path() : std::string{};
+}
+
+std::vector<recorded_event> recorder::recent(int device) {
+  std::lock_guard file_lock(file_mutex_);
+  if (file_) flush_locked();
+  if (device < 0 || static_cast<std::size_t>(device) >= history_.size()) return {};
+  const auto& ring = history_[static_cast<std::size_t>(device)];
+  return {ring.begin(), ring.end()};
+}
+
+void recorder::flush() {
+  std::lock_guard file_lock(file_mutex_);
+  if (file_) flush_locked();
+}
+
+void recorder::on_full(void* context, int /*device*/, std::size_t pending) {
+  auto& self = *static_cast<recorder*>(context);
+  if (pending >= self.options_.synchronous_events) {
+    // The writer fell behind: this thread writes, so the buffer never grows past the bound.
+    std::lock_guard file_lock(self.file_mutex_);
+    if (self.file_) self.flush_locked();
+    return;
+  }
+  {
+    std::lock_guard wake_lock(self.wake_mutex_);
+    self.wake_due_ = true;
+  }
+  self.wake_.notify_one();
+}
+
+void recorder::writer_loop() {
+  std::unique_lock wake_lock(wake_mutex_);
+  while (!stopping_) {
+    wake_.wait_for(wake_lock, options_.flush_interval, [this] { return wake_due_ || stopping_; });
+    if (stopping_) break;
+    wake_due_ = false;
+    wake_lock.unlock();
+    {
+      std::lock_guard file_lock(file_mutex_);
+      if (file_) flush_locked();
+    }
+    wake_lock.lock();
+  }
+}
+
+void recorder::flush_locked() {
+  for (pool* p : existing_pools()) {
+    if (p == nullptr) continue;
+    taken_.clear();
+    p->take_recorded(taken_);
+    consume(p->device(), taken_);
+  }
+  write_text();
+}
+
+void recorder::consume(int device, const std::vector<recorded_event>& events) {
+  const auto d = static_cast<std::size_t>(device);
+  if (history_.size() <= d) history_.resize(d + 1);
+  auto& ring = history_[d];
+  for (const recorded_event& e : events) {
+    if (e.what != recorded_event::kind::map && e.what != recorded_event::kind::unmap) append_row(e);
+    if (options_.history_events == 0) continue;
+    if (ring.size() == options_.history_events) ring.pop_front();
+    ring.push_back(e);
+  }
+}
+
+void recorder::append_row(const recorded_event& e) {
+  const std::int64_t us = std::max<std::int64_t>(0, (e.time_ns - start_ns_) / 1000);
+  const std::int64_t seconds = us / 1'000'000;
+  fmt::format_to(std::back_inserter(text_), "{},{:02}:{:02}:{:02}.{:06},{},{:#x},{},{:#x}\n", e.thread,
+                 seconds / 3600, (seconds / 60) % 60, seconds % 60, us % 1'000'000, action_text(e.what),
+                 e.address, e.size, e.stream);
+  ++rows_;
+}
+
+void recorder::write_text() {
+  if (!failed_ && !text_.empty()) {
+    try {
+      file_->write(text_);
+    } catch (const std::exception& e) {
+      // A full disk must not break the program: say so once and keep emptying the buffers.
+      failed_ = true;
+      std::fprintf(stderr, "%s; the recording stops here\n", e.what());
+    }
+  }
+  text_.clear();
+}
+
+}  // namespace tidepool::detail
