@@ -14,7 +14,8 @@ run_suite() {  # $1: build folder; the rest: CMake arguments
   echo "=== ctest $build"
   (cd "$build" && ctest --output-on-failure -j "$jobs" --timeout 300)
   echo "=== pytest $build"
-  TIDEPOOL_LIBRARY=$(ls "$build"/src/libtidepool.so) TIDEPOOL_DEVICE=sim \
+  # TIDEPOOL_REQUIRE_BROWSER: the browser test of `tidepool view` runs here, never skips.
+  TIDEPOOL_LIBRARY=$(ls "$build"/src/libtidepool.so) TIDEPOOL_DEVICE=sim TIDEPOOL_REQUIRE_BROWSER=1 \
     PYTHONPATH="$root/python" LD_PRELOAD="${PRELOAD:-}" \
     /usr/bin/python3 -m pytest -q "$root/python/tests"
 }
