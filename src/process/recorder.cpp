@@ -1,6 +1,7 @@
 // The process's recorder: a writer thread that takes every pool's buffer and writes RMM log rows.
 #include "process/recorder.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,9 +80,10 @@ void recorder::start(const std::string& path, const recording_options& options, 
     stopping_ = false;
     wake_due_ = false;
   }
-  writer_ = std::thread([this] { writer_loop(); });
+  writer_ = std::make_unique<std::thread>([this] { writer_loop(); });
   if (!at_exit_registered_) {
     at_exit_registered_ = true;
+    (void)::pthread_atfork(&recorder::fork_prepare, &recorder::fork_parent, &recorder::fork_child);
     // A program that exits normally gets its last rows written.
     std::atexit([] {
       try {
@@ -103,7 +105,10 @@ void recorder::stop(const std::vector<pool*>& pools) {
     stopping_ = true;
   }
   wake_.notify_all();
-  if (writer_.joinable()) writer_.join();
+  if (writer_) {
+    writer_->join();
+    writer_.reset();
+  }
   std::lock_guard file_lock(file_mutex_);
   if (!file_) return;
   for (pool* p : pools) {
@@ -139,12 +144,33 @@ void recorder::flush() {
   if (file_) flush_locked();
 }
 
+void recorder::fork_prepare() {
+  recorder& self = instance();
+  self.file_mutex_.lock();
+  self.wake_mutex_.lock();
+}
+
+void recorder::fork_parent() {
+  recorder& self = instance();
+  self.wake_mutex_.unlock();
+  self.file_mutex_.unlock();
+}
+
+void recorder::fork_child() {
+  recorder& self = instance();
+  self.wake_mutex_.unlock();
+  self.file_mutex_.unlock();
+  (void)self.writer_.release();  // that thread is the parent's: never joined here
+  self.file_.reset();            // closes the child's copy of the descriptor, writes nothing
+}
+
 void recorder::on_full(void* context, int /*device*/, std::size_t pending) {
   auto& self = *static_cast<recorder*>(context);
   if (pending >= self.options_.synchronous_events) {
-    // The writer fell behind: this thread writes, so the buffer never grows past the bound.
+    // The writer fell behind (or there is none: a forked child): this thread takes the buffers,
+    // so they never grow past the bound.
     std::lock_guard file_lock(self.file_mutex_);
-    if (self.file_) self.flush_locked();
+    self.flush_locked();
     return;
   }
   {
@@ -201,7 +227,7 @@ void recorder::append_row(const recorded_event& e) {
 }
 
 void recorder::write_text() {
-  if (!failed_ && !text_.empty()) {
+  if (file_ && !failed_ && !text_.empty()) {
     try {
       file_->write(text_);
     } catch (const std::exception& e) {

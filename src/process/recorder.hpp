@@ -7,6 +7,10 @@
 // Memory stays bounded: a pool whose buffer reaches `synchronous_events` (the writer fell behind)
 // has the thread that filled it write the buffer itself before it returns to the program.
 //
+// A child made by fork() stops writing: it closes its copy of the file and drops what its pools
+// buffer (a forked child of a CUDA program does not use the GPU; its copy of the parent's buffers
+// would duplicate rows in the parent's file).
+//
 // Locks, always in this order: the process mutex (start, stop and pool creation), the recorder's
 // file mutex (every write), a pool's lock (taking its buffer).
 #pragma once
@@ -51,6 +55,11 @@ class recorder {
  private:
   recorder() = default;
   static void on_full(void* context, int device, std::size_t pending);
+  // fork(): no thread may hold a recorder lock across it; the child records nothing (it would
+  // write its copy of the parent's buffers into the parent's file).
+  static void fork_prepare();
+  static void fork_parent();
+  static void fork_child();
   void writer_loop();
   // Takes every pool's buffer and writes it; file_mutex_ held (as for the three below).
   void flush_locked();
@@ -73,7 +82,8 @@ class recorder {
   std::condition_variable wake_;
   bool wake_due_ = false;
   bool stopping_ = false;
-  std::thread writer_;
+  // Held by pointer: a child made by fork() has no writer thread, and drops (leaks) the object.
+  std::unique_ptr<std::thread> writer_;
   bool at_exit_registered_ = false;
 };
 
