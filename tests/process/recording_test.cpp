@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <csignal>
@@ -253,8 +254,16 @@ TEST(record_reader, ACutGzipStreamOrLastLineReadsUpToTheLastWholeRow) {
 }
 
 TEST(record_reader, AStoredGzipMemberHasTheRightChecksum) {
-  // CRC-32 of "123456789" is 0xCBF43926 (the standard check value).
+  // CRC-32 of "123456789" is 0xCBF43926 (the standard check value), and zlib's on every length.
   EXPECT_EQ(detail::crc32_update(0, "123456789", 9), 0xCBF43926u);
+  std::string data;
+  for (int i = 0; i < 300; ++i) data.push_back(static_cast<char>((i * 131 + 7) & 0xFF));
+  for (std::size_t n = 0; n <= data.size(); n += 13) {
+    const auto* bytes = reinterpret_cast<const Bytef*>(data.data());
+    const auto expected = static_cast<std::uint32_t>(::crc32(::crc32(0, nullptr, 0), bytes, static_cast<uInt>(n)));
+    EXPECT_EQ(detail::crc32_update(0, data.data(), n), expected) << n;
+    EXPECT_EQ(detail::crc32_update(detail::crc32_update(0, data.data(), n / 3), data.data() + n / 3, n - n / 3), expected);
+  }
 }
 
 TEST_F(recording, RecentEventsKeepMapsAndTheLatestEventsOnly) {
