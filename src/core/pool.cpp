@@ -14,13 +14,7 @@ pool::pool(pool&&) noexcept = default;
 pool& pool::operator=(pool&&) noexcept = default;
 
 void* pool::allocate(std::size_t bytes, stream_t stream, lifetime hint) {
-  void* p = nullptr;
-  try {
-    p = impl_->allocate(bytes, stream, hint);
-  } catch (const out_of_memory&) {
-    impl_->note_failure(bytes, stream);  // a recording keeps it as an `allocate failure`
-    throw;
-  }
+  void* p = impl_->allocate(bytes, stream, hint);
   // A recording pool's buffer filled: its recorder is told with no lock held.
   if (impl_->recording_full()) [[unlikely]] impl_->call_on_full();
   return p;

@@ -140,8 +140,6 @@ class pool_impl {
   void start_recording(std::size_t notify_at, recording_full_fn on_full, void* context);
   void take_recorded(std::vector<recorded_event>& out);
   void stop_recording(std::vector<recorded_event>& out);
-  /// An allocation of `bytes` on `stream` failed for want of memory (the public pool reports it).
-  void note_failure(std::size_t bytes, stream_t stream);
   /// Whether an operation filled the buffer: the public pool then calls call_on_full() once the
   /// pool's lock is dropped. A relaxed load, so the fast path pays one read for it.
   [[nodiscard]] bool recording_full() const noexcept { return recording_full_.load(std::memory_order_relaxed); }

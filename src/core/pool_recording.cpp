@@ -70,11 +70,6 @@ void pool_impl::stop_recording(std::vector<recorded_event>& out) {
   recording_full_.store(false, std::memory_order_relaxed);
 }
 
-void pool_impl::note_failure(std::size_t bytes, stream_t stream) {
-  std::lock_guard guard(lock_);
-  if (recording_) note(recorded_event::kind::allocate_failure, 0, bytes, stream);
-}
-
 void pool_impl::call_on_full() {
   if (!recording_full_.exchange(false, std::memory_order_relaxed)) return;  // another thread took it
   recording_full_fn fn = nullptr;
