@@ -66,6 +66,10 @@ void run_replay(const replay_settings& settings) {
   std::vector<replay::replay_result> all;
   for (const std::string& path : settings.traces) {
     const replay::trace t = replay::read_trace(path, capacity);
+    if (t.truncated) {
+      fmt::print(stderr, "tidepool: {}: the file ends early (a recording cut short?): read up to its last whole row\n",
+                 path);
+    }
     if (t.events.empty()) {
       throw error(error_code::invalid_argument, fmt::format("{}: empty trace: no rows after the header", path));
     }
