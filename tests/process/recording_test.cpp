@@ -150,13 +150,13 @@ TEST_F(recording, ABufferNeverGrowsPastItsBoundWhenTheWriterSleeps) {
   use_small_sim();
   temp_file file(".csv");
   recording_options options;
-  options.flush_interval = std::chrono::hours(1);  // the writer thread never wakes by time
-  options.notify_events = 1000;
+  options.flush_interval = std::chrono::hours(1);  // the writer thread never wakes: by time...
+  options.notify_events = 4000;                     // ...nor by size, since the bound comes first
   options.synchronous_events = 4000;
   start_recording(file.path().string(), options);
   for (int i = 0; i < 50'000; ++i) device_pool(0).deallocate(device_pool(0).allocate(4096));
-  // The writer may or may not have run on its wake-ups; the allocating thread wrote whatever
-  // reached the bound, so at most the bound's worth of rows is still unwritten.
+  // The allocating thread wrote whatever reached the bound before its call returned, so at most
+  // the bound's worth of rows is still unwritten.
   std::ifstream in(file.path());
   std::size_t lines = 0;
   for (std::string line; std::getline(in, line);) ++lines;
