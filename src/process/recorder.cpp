@@ -69,7 +69,6 @@ void recorder::start(const std::string& path, const recording_options& options, 
   options_ = options;
   start_ns_ = steady_now_ns();
   history_.clear();
-  rows_ = 0;
   failed_ = false;
   for (pool* p : pools) {
     if (p != nullptr) attach(*p);
@@ -80,6 +79,7 @@ void recorder::start(const std::string& path, const recording_options& options, 
     wake_due_ = false;
   }
   writer_ = std::make_unique<std::thread>([this] { writer_loop(); });
+  writer_running_.store(true, std::memory_order_release);
   if (!at_exit_registered_) {
     at_exit_registered_ = true;
     (void)::pthread_atfork(&recorder::fork_prepare, &recorder::fork_parent, &recorder::fork_child);
@@ -99,6 +99,7 @@ void recorder::attach(pool& p) {
 }
 
 void recorder::stop(const std::vector<pool*>& pools) {
+  writer_running_.store(false, std::memory_order_release);
   {
     std::lock_guard wake_lock(wake_mutex_);
     stopping_ = true;
@@ -138,11 +139,6 @@ std::vector<recorded_event> recorder::recent(int device) {
   return {ring.begin(), ring.end()};
 }
 
-void recorder::flush() {
-  std::lock_guard file_lock(file_mutex_);
-  if (file_) flush_locked();
-}
-
 void recorder::fork_prepare() {
   recorder& self = instance();
   self.file_mutex_.lock();
@@ -159,15 +155,17 @@ void recorder::fork_child() {
   recorder& self = instance();
   self.wake_mutex_.unlock();
   self.file_mutex_.unlock();
+  self.writer_running_.store(false, std::memory_order_relaxed);
   (void)self.writer_.release();  // that thread is the parent's: never joined here
   self.file_.reset();            // closes the child's copy of the descriptor, writes nothing
 }
 
 void recorder::on_full(void* context, int /*device*/, std::size_t pending) {
   auto& self = *static_cast<recorder*>(context);
-  if (pending >= self.options_.synchronous_events) {
-    // The writer fell behind (or there is none: a forked child): this thread takes the buffers,
-    // so they never grow past the bound.
+  if (pending >= self.options_.synchronous_events || !self.writer_running_.load(std::memory_order_acquire)) {
+    // The writer fell behind, or there is none (stopping, or a forked child, whose condition
+    // variable must not be touched): this thread takes the buffers, so they never grow past the
+    // bound.
     std::lock_guard file_lock(self.file_mutex_);
     self.flush_locked();
     return;
@@ -271,7 +269,6 @@ void recorder::append_row(const recorded_event& e) {
   p = put_hex(p, e.stream);
   *p++ = '\n';
   text_.append(row, static_cast<std::size_t>(p - row));
-  ++rows_;
 }
 
 void recorder::write_text() {

@@ -15,6 +15,7 @@
 // file mutex (every write), a pool's lock (taking its buffer).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -49,8 +50,6 @@ class recorder {
   [[nodiscard]] std::string path() const;
   /// The latest events of `device` (oldest first), after taking every pool's buffer.
   [[nodiscard]] std::vector<recorded_event> recent(int device);
-  /// Writes every pool's buffer now.
-  void flush();
 
  private:
   recorder() = default;
@@ -75,7 +74,6 @@ class recorder {
   std::vector<recorded_event> taken_;
   std::string text_;
   std::vector<std::deque<recorded_event>> history_;  // by device
-  std::size_t rows_ = 0;
   bool failed_ = false;  // a write failed: rows are dropped from then on (said once on stderr)
 
   std::mutex wake_mutex_;
@@ -84,6 +82,7 @@ class recorder {
   bool stopping_ = false;
   // Held by pointer: a child made by fork() has no writer thread, and drops (leaks) the object.
   std::unique_ptr<std::thread> writer_;
+  std::atomic<bool> writer_running_{false};
   bool at_exit_registered_ = false;
 };
 
