@@ -16,20 +16,36 @@
 //   allocate + deallocate pairs that overlapped it, per release; wait_p99_us, wait_max_us: how
 //   long those pairs took (the lock is dropped around the device-wide wait and passed to waiters
 //   between release steps of 64 MiB, so they wait for about one step at most).
+//   SameSizePairRecorded, RandomMixRecorded: the same on the process's pool with every allocation
+//   and free recorded (tidepool::start_recording, as TIDEPOOL_RECORD) to a .csv.gz file in the
+//   temporary folder; recorded_bytes_per_op: the file's size per call. *RecordedInline: the
+//   alternative to the writer thread, every flush written by the allocating thread (the writer
+//   never wakes: synchronous_events = notify_events = 16384). A loop that only allocates and frees
+//   outruns any writer, so these measure the bound (the allocating thread formats and writes).
+//   PacedPair/record:<0|1>: allocate + about 2 us of other work + free, so the writer thread keeps
+//   up (1 million events per second, more than a training loop makes): the cost a recording adds
+//   to the allocating thread is the difference between record:1 and record:0.
 // Run: build-*/bench/pool_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "core/call_hook_driver.hpp"
+#include "process/process_state.hpp"
 #include "tidepool/pool.hpp"
+#include "tidepool/process.hpp"
 #include "tidepool/sim.hpp"
 
 namespace {
@@ -39,9 +55,55 @@ std::shared_ptr<tidepool::sim_driver> make_device() {
   return std::make_shared<tidepool::sim_driver>(config);
 }
 
-void SameSizePair(benchmark::State& state) {
-  auto sim = make_device();
-  tidepool::pool p(sim, 0);
+// The pool a benchmark runs on: its own, or the process's pool of device 0 on a fresh sim,
+// recording every allocation and free to a gzip file until finish().
+enum class recording { off, writer_thread, inline_flush };
+
+class bench_pool {
+ public:
+  explicit bench_pool(recording record, const tidepool::pool_options& options = {}) {
+    if (record == recording::off) {
+      own_ = std::make_unique<tidepool::pool>(make_device(), 0, options);
+      return;
+    }
+    tidepool::detail::reset_process_for_testing();
+    tidepool::set_default_driver(make_device());
+    tidepool::set_default_pool_options(options);
+    path_ = (std::filesystem::temp_directory_path() / ("tidepool_pool_bench_" + std::to_string(::getpid()) + ".csv.gz"))
+                .string();
+    tidepool::recording_options r;
+    if (record == recording::inline_flush) {
+      r.flush_interval = std::chrono::hours(24);
+      r.synchronous_events = r.notify_events;
+    }
+    tidepool::start_recording(path_, r);
+  }
+  bench_pool(const bench_pool&) = delete;
+  bench_pool& operator=(const bench_pool&) = delete;
+  ~bench_pool() { (void)finish(); }
+
+  tidepool::pool& get() { return own_ ? *own_ : tidepool::device_pool(0); }
+
+  // Stops recording; the bytes the file holds (0 without recording).
+  std::size_t finish() {
+    if (own_ || path_.empty()) return 0;
+    tidepool::stop_recording();
+    std::error_code ignored;
+    const std::size_t bytes = std::filesystem::file_size(path_, ignored);
+    std::filesystem::remove(path_, ignored);
+    path_.clear();
+    tidepool::detail::reset_process_for_testing();
+    return bytes;
+  }
+
+ private:
+  std::unique_ptr<tidepool::pool> own_;
+  std::string path_;
+};
+
+void same_size_pair(benchmark::State& state, recording record) {
+  bench_pool where(record);
+  tidepool::pool& p = where.get();
   const auto bytes = static_cast<std::size_t>(state.range(0));
   p.deallocate(p.allocate(bytes));  // the first call maps memory; the loop reuses it
   for (auto _ : state) {
@@ -51,13 +113,21 @@ void SameSizePair(benchmark::State& state) {
   }
   state.counters["ns_per_op"] = benchmark::Counter(2.0, benchmark::Counter::kIsIterationInvariantRate |
                                                             benchmark::Counter::kInvert);
+  if (record != recording::off) {
+    state.counters["recorded_bytes_per_op"] =
+        static_cast<double>(where.finish()) / (2.0 * static_cast<double>(state.iterations()));
+  }
 }
 
-void RandomMix(benchmark::State& state) {
-  auto sim = make_device();
+void SameSizePair(benchmark::State& state) { same_size_pair(state, recording::off); }
+void SameSizePairRecorded(benchmark::State& state) { same_size_pair(state, recording::writer_thread); }
+void SameSizePairRecordedInline(benchmark::State& state) { same_size_pair(state, recording::inline_flush); }
+
+void random_mix(benchmark::State& state, recording record) {
   tidepool::pool_options options;
   options.growth_slack = static_cast<double>(state.range(1)) / 1000.0;
-  tidepool::pool p(sim, 0, options);
+  bench_pool where(record, options);
+  tidepool::pool& p = where.get();
   const auto slots = static_cast<std::size_t>(state.range(0));
   // Random choices are drawn before timing: 64Ki (slot, size) pairs, used round robin.
   constexpr std::size_t draws = 1 << 16;
@@ -97,7 +167,37 @@ void RandomMix(benchmark::State& state) {
       static_cast<double>(s.driver.of(tidepool::driver_call::event_record) - before.of(tidepool::driver_call::event_record)) / ops;
   state.counters["held_over_live"] = static_cast<double>(s.mapped_bytes) / static_cast<double>(s.in_use_bytes);
   for (void* ptr : live) p.deallocate(ptr);
+  if (record != recording::off) state.counters["recorded_bytes_per_op"] = static_cast<double>(where.finish()) / ops;
 }
+
+// About 2 us of arithmetic the compiler cannot remove.
+void other_work() {
+  std::uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 1500; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+  }
+  benchmark::DoNotOptimize(x);
+}
+
+void PacedPair(benchmark::State& state) {
+  bench_pool where(state.range(0) != 0 ? recording::writer_thread : recording::off);
+  tidepool::pool& p = where.get();
+  p.deallocate(p.allocate(1 << 20));
+  for (auto _ : state) {
+    void* ptr = p.allocate(1 << 20);
+    benchmark::DoNotOptimize(ptr);
+    other_work();
+    p.deallocate(ptr);
+  }
+  state.counters["ns_per_pair"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate |
+                                                              benchmark::Counter::kInvert);
+}
+
+void RandomMix(benchmark::State& state) { random_mix(state, recording::off); }
+void RandomMixRecorded(benchmark::State& state) { random_mix(state, recording::writer_thread); }
+void RandomMixRecordedInline(benchmark::State& state) { random_mix(state, recording::inline_flush); }
 
 // Spins for `us` microseconds: a driver call's modelled time, spent in the calling thread as the
 // real call would (a sleep would oversleep by the kernel's timer slack).
@@ -159,6 +259,9 @@ void WaitBehindRelease(benchmark::State& state) {
 }
 
 BENCHMARK(SameSizePair)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(SameSizePairRecorded)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(SameSizePairRecordedInline)->Arg(1 << 20);
+BENCHMARK(PacedPair)->ArgName("record")->Arg(0)->Arg(1);
 BENCHMARK(WaitBehindRelease)->ArgName("handles")->Arg(1024)->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(RandomMix)
     ->ArgNames({"slots", "slack_permille"})
@@ -168,6 +271,8 @@ BENCHMARK(RandomMix)
     ->Args({10000, 10})
     ->Args({10000, 100})
     ->Args({10000, 500});
+BENCHMARK(RandomMixRecorded)->ArgNames({"slots", "slack_permille"})->Args({1000, 100})->Args({10000, 100});
+BENCHMARK(RandomMixRecordedInline)->ArgNames({"slots", "slack_permille"})->Args({1000, 100});
 
 }  // namespace
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
           libcli11-dev nlohmann-json3-dev libfmt-dev python3 python3-pytest python3-pip python3-setuptools
-          python3-wheel python3-venv clang libclang-rt-dev)
+          python3-wheel python3-venv clang libclang-rt-dev chromium)  # chromium: the headless browser that tests `tidepool view`'s page
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,8 +23,9 @@ run_suite() {  # $1: build folder; the rest: CMake arguments
   timed "ctest $(basename "$build")" bash -c "cd '$build' && ctest --output-on-failure -j $jobs --timeout 300"
   echo "=== pytest $build"
   # The wheel test (test_install.py) builds its library in build-wheel: once for both suites.
+  # TIDEPOOL_REQUIRE_BROWSER: the browser test of `tidepool view` runs here, never skips.
   timed "pytest $(basename "$build")" env TIDEPOOL_LIBRARY="$(ls "$build"/src/libtidepool.so)" TIDEPOOL_DEVICE=sim \
-    TIDEPOOL_TEST_WHEEL_BUILD_DIR="$root/build-wheel" \
+    TIDEPOOL_TEST_WHEEL_BUILD_DIR="$root/build-wheel" TIDEPOOL_REQUIRE_BROWSER=1 \
     PYTHONPATH="$root/python" LD_PRELOAD="${PRELOAD:-}" \
     /usr/bin/python3 -m pytest -q "$root/python/tests"
 }

@@ -1,4 +1,4 @@
-// tools/main.cpp: the `tidepool` command line: replay, info, generate-loader, top, trim; --version.
+// tools/main.cpp: the `tidepool` command line: replay, info, view, generate-loader, top, trim; --version.
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   tidepool::cli::add_replay_command(app, exit_code);
   tidepool::cli::add_info_command(app, exit_code);
+  tidepool::cli::add_view_command(app, exit_code);
   tidepool::cli::add_generate_loader_command(app, exit_code);
   tidepool::cli::add_top_command(app, exit_code);
   tidepool::cli::add_trim_command(app, exit_code);

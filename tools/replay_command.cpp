@@ -67,6 +67,10 @@ void run_replay(const replay_settings& settings) {
   std::vector<replay::replay_result> all;
   for (const std::string& path : settings.traces) {
     const replay::trace t = replay::read_trace(path, capacity);
+    if (t.truncated) {
+      fmt::print(stderr, "tidepool: {}: the file ends early (a recording cut short?): read up to its last whole row\n",
+                 path);
+    }
     if (t.events.empty()) {
       throw error(error_code::invalid_argument, fmt::format("{}: empty trace: no rows after the header", path));
     }
@@ -89,18 +93,20 @@ void run_replay(const replay_settings& settings) {
   if (settings.json) {
     fmt::print("{}", replay::format_json(all));
   } else {
-    const bool sim = settings.device == "sim";
-    fmt::print(
-        "held: physical memory the allocator holds from the driver ({}).\n"
-        "drv calls: reserve, address free, create, map, set access, unmap, release, alloc, free; drv time: {}.\n"
-        "ns/op: wall time inside allocate/free per call{}.\n",
-        sim ? "sim_driver::physical_bytes, exact" : "the allocator's own count; NVML's process figure beside it",
-        sim ? "modelled from the H200 measurements (DESIGN 2a)" : "measured",
-        sim ? "" : " (driver calls included)");
+    fmt::print("{}", replay_notes(settings.device == "sim"));
   }
 }
 
 }  // namespace
+
+std::string replay_notes(bool sim) {
+  return fmt::format(
+      "held: physical memory the allocator holds from the driver ({}).\n"
+      "drv calls: reserve, address free, create, map, set access, unmap, release, alloc, free; drv time: {}.\n"
+      "ns/op: wall time inside allocate/free per call{}.\n",
+      sim ? "sim_driver::physical_bytes, exact" : "the allocator's own count; NVML's process figure beside it",
+      sim ? "modelled from the H200 measurements (DESIGN 2a)" : "measured", sim ? "" : " (driver calls included)");
+}
 
 void add_replay_command(CLI::App& app, int& exit_code) {
   auto settings = std::make_shared<replay_settings>();

@@ -213,6 +213,89 @@ TIDEPOOL_API tidepool_status tidepool_get_sharing_options(tidepool_sharing_optio
 /** Leaves every GPU ledger and stops the helper threads (waiting at most a second for each). The
  *  Python package calls it at exit, while its reclaim hooks can still run. */
 TIDEPOOL_API tidepool_status tidepool_stop_sharing(void);
+/* --- Seeing memory: recording, blocks and handles, recent events (tidepool/process.hpp) --- */
+
+/** Records every allocation and free of the process's pools (every device) to `path` until
+ *  tidepool_stop_recording: an RMM replay log, what `tidepool replay` reads; gzip when the path
+ *  ends in ".gz"; "%p" becomes the process id. Streamed: a killed process leaves a readable file
+ *  up to the last flush (every 100 ms). TIDEPOOL_RECORD=path does the same from the first pool.
+ *  Already recording: TIDEPOOL_INVALID_ARGUMENT. */
+TIDEPOOL_API tidepool_status tidepool_start_recording(const char* path);
+/** Writes what is buffered and closes the file; success when not recording. */
+TIDEPOOL_API tidepool_status tidepool_stop_recording(void);
+/** The path being recorded to ("" when not recording): *length gets its length; at most
+ *  capacity - 1 bytes and a NUL are copied to buffer (buffer may be NULL when capacity is 0). */
+TIDEPOOL_API tidepool_status tidepool_recording_path(char* buffer, size_t capacity, size_t* length);
+
+/** What a block is (tidepool::block_description::status). */
+typedef enum tidepool_block_state {
+  TIDEPOOL_BLOCK_LIVE = 0,      /**< allocated */
+  TIDEPOOL_BLOCK_FREE = 1,      /**< free and mapped: cached */
+  TIDEPOOL_BLOCK_PENDING = 2,   /**< freed, waiting for other streams' work */
+  TIDEPOOL_BLOCK_UNMAPPED = 3,  /**< free address space, nothing mapped */
+  TIDEPOOL_BLOCK_STATE_MAX_ENUM = 0x7FFFFFFF
+} tidepool_block_state;
+
+#define TIDEPOOL_BLOCK_SMALL 1      /**< flags: in a small-request region */
+#define TIDEPOOL_BLOCK_PERSISTENT 2 /**< flags: in a region for persistent requests */
+
+/** One block of a pool; blocks cover each reserved range with no gap. */
+typedef struct tidepool_block_info_t {
+  uint64_t struct_size;
+  uint64_t address;
+  uint64_t size;        /**< as placed */
+  uint64_t requested;   /**< live: bytes asked for; else 0 */
+  uint64_t stream;      /**< live: allocated on; free: may be reused on (0: any stream) */
+  uint64_t range;       /**< base of the reserved range (or segment) it lies in */
+  int32_t state;        /**< a tidepool_block_state */
+  int32_t flags;        /**< TIDEPOOL_BLOCK_SMALL | TIDEPOOL_BLOCK_PERSISTENT */
+} tidepool_block_info_t;
+
+/** What one device's pool holds now (tidepool::pool_description). Set struct_size. */
+typedef struct tidepool_memory_summary_t {
+  uint64_t struct_size;
+  uint64_t held_bytes;          /**< physical memory held (mapped) */
+  uint64_t in_use_bytes;        /**< live blocks as placed */
+  uint64_t cached_bytes;        /**< held but not in use */
+  uint64_t largest_free_block;  /**< the largest cached block */
+  uint64_t releasable_bytes;    /**< what tidepool_release could hand back now */
+  uint64_t blocks;
+  uint64_t handles;             /**< physical handles mapped */
+} tidepool_memory_summary_t;
+
+/** An event kept while recording (tidepool::recorded_event). */
+typedef enum tidepool_event_action {
+  TIDEPOOL_EVENT_ALLOCATE = 0,
+  TIDEPOOL_EVENT_FREE = 1,
+  TIDEPOOL_EVENT_ALLOCATE_FAILURE = 2,
+  TIDEPOOL_EVENT_MAP = 3,    /**< physical memory mapped at address */
+  TIDEPOOL_EVENT_UNMAP = 4,
+  TIDEPOOL_EVENT_ACTION_MAX_ENUM = 0x7FFFFFFF
+} tidepool_event_action;
+
+typedef struct tidepool_memory_event_t {
+  uint64_t struct_size;
+  int32_t action;       /**< a tidepool_event_action */
+  uint32_t thread;      /**< thread id (gettid); 0: live when recording began */
+  int64_t time_ns;      /**< steady clock (CLOCK_MONOTONIC) */
+  uint64_t address;
+  uint64_t size;        /**< bytes asked for (allocate, free, failure), bytes mapped (map, unmap) */
+  uint64_t stream;
+} tidepool_memory_event_t;
+
+typedef void (*tidepool_block_fn)(const tidepool_block_info_t* block, void* user_data);
+typedef void (*tidepool_handle_fn)(uint64_t address, uint64_t size, void* user_data);
+typedef void (*tidepool_event_fn)(const tidepool_memory_event_t* event, void* user_data);
+
+/** Describes `device`'s pool: fills *summary (may be NULL), then calls on_block for every block
+ *  (by region, then address) and on_handle for every mapped handle (either may be NULL), with no
+ *  lock held: a callback may call tidepool. All zero, no calls, where no pool exists. */
+TIDEPOOL_API tidepool_status tidepool_describe(int device, tidepool_memory_summary_t* summary,
+                                               tidepool_block_fn on_block, tidepool_handle_fn on_handle,
+                                               void* user_data);
+/** Calls on_event for the latest events of `device` (oldest first; at most 100,000 per device)
+ *  of the latest recording; none when nothing was recorded. */
+TIDEPOOL_API tidepool_status tidepool_recent_events(int device, tidepool_event_fn on_event, void* user_data);
 
 #ifdef __cplusplus
 }

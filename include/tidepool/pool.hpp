@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "tidepool/driver.hpp"
 #include "tidepool/errors.hpp"
@@ -97,6 +98,63 @@ struct pool_stats {
   [[nodiscard]] std::size_t fragmentation_bytes() const noexcept { return mapped_bytes - in_use_bytes; }
 };
 
+/// One event a recording pool keeps (pool::start_recording): what the program asked and what the
+/// pool mapped, in the order the pool's lock saw them.
+struct recorded_event {
+  enum class kind : std::uint8_t {
+    allocate,          ///< `address`, `size` bytes as asked
+    free,              ///< `address`, `size` bytes as asked when allocated
+    allocate_failure,  ///< out of memory for `size` bytes (`address` 0)
+    map,               ///< `size` bytes of physical memory mapped at `address`
+    unmap,             ///< `size` bytes unmapped at `address`
+  };
+  kind what = kind::allocate;
+  std::uint32_t thread = 0;     ///< the calling thread's id (gettid); 0 for allocations live at the start
+  std::int64_t time_ns = 0;     ///< std::chrono::steady_clock, in nanoseconds
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  std::uintptr_t stream = 0;    ///< the stream handle of the call (0: the legacy default stream)
+};
+
+/// Called (with no lock held) by the thread whose allocate or deallocate filled a recording pool's
+/// buffer: `pending` events are waiting in pool `device`'s buffer for pool::take_recorded.
+using recording_full_fn = void (*)(void* context, int device, std::size_t pending);
+
+/// One block of a pool as pool::describe() sees it. Blocks cover each reserved range with no gap.
+struct block_description {
+  enum class status : std::uint8_t {
+    live,      ///< allocated
+    free,      ///< free and mapped (cached)
+    pending,   ///< freed, waiting for other streams' work (record_stream) or being moved
+    unmapped,  ///< free address space with no memory mapped under it
+  };
+  std::uintptr_t address = 0;
+  std::size_t size = 0;          ///< as placed
+  std::size_t requested = 0;     ///< live: bytes asked for; else 0
+  status state = status::free;
+  std::uintptr_t stream = 0;     ///< live: the stream allocated on; free: the stream that may reuse it (0: any)
+  bool small = false;            ///< in a small-request region (below pool_options::small_size_threshold)
+  bool persistent = false;       ///< in a region for lifetime::persistent requests
+  std::uintptr_t range = 0;      ///< the base of the reserved range (or segment) it lies in
+};
+
+/// A physical memory handle the pool holds and where it is mapped.
+struct handle_description {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+};
+
+/// What a pool holds, block by block (pool::describe). Slow: for reports and snapshots.
+struct pool_description {
+  pool_stats stats{};
+  std::vector<block_description> blocks;    ///< by region, then address
+  std::vector<handle_description> handles;  ///< mapped handles (fallback segments: none)
+  std::size_t largest_free_block = 0;       ///< the largest cached block (free and mapped)
+  /// What release() could hand back now: whole handles (fallback: whole segments) under free
+  /// blocks, counting blocks whose frees other streams' work still holds as release() waits for it.
+  std::size_t releasable_bytes = 0;
+};
+
 /// The pool of one device.
 class TIDEPOOL_API pool {
  public:
@@ -145,6 +203,19 @@ class TIDEPOOL_API pool {
   [[nodiscard]] const std::shared_ptr<driver>& get_driver() const noexcept;
   /// Grants `peer_device` access to every page this pool maps, now and later.
   void enable_peer_access(int peer_device);
+
+  /// Every block and mapped handle, the largest free block and what release() could return.
+  [[nodiscard]] pool_description describe() const;
+
+  /// Starts keeping every allocate, free, failed allocation, map and unmap in a buffer, beginning
+  /// with an `allocate` (thread 0) for each allocation live now, so a free of one made before is
+  /// never orphaned. When the buffer reaches `notify_at` events, and again at every multiple of it,
+  /// the calling thread calls `on_full` after dropping the lock. Throws if already recording.
+  void start_recording(std::size_t notify_at, recording_full_fn on_full, void* context);
+  /// Appends the buffered events to `out` and empties the buffer (no-op when not recording).
+  void take_recorded(std::vector<recorded_event>& out);
+  /// Stops recording; appends what was still buffered to `out`.
+  void stop_recording(std::vector<recorded_event>& out);
 
  private:
   std::unique_ptr<detail::pool_impl> impl_;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tidepool/driver.hpp"
@@ -59,5 +60,32 @@ TIDEPOOL_API void set_sharing_options(const sharing_options& options);
 /// calls it at exit, before the interpreter can no longer run a reclaim hook). Sharing resumes
 /// when another pool is made.
 TIDEPOOL_API void stop_sharing();
+/// How a recording streams to its file.
+struct recording_options {
+  /// The writer thread writes every pool's buffer this often.
+  std::chrono::milliseconds flush_interval{100};
+  /// A pool's buffer wakes the writer at this many events (and every multiple)...
+  std::size_t notify_events = 16384;
+  /// ...and at this many the thread that fills it writes it itself: memory stays bounded.
+  std::size_t synchronous_events = 16 * 16384;
+  /// Events of each device kept in memory for snapshots (snapshot_events).
+  std::size_t history_events = 100000;
+};
+
+/// Records every allocation and free of the process's pools (every device, from now until
+/// stop_recording) to `path`: an RMM replay log (`Thread,Time,Action,Pointer,Size,Stream`, what
+/// `tidepool replay` reads), gzip when the path ends in ".gz" ("%p" in it becomes the process id).
+/// It begins with the allocations live now (thread 0, time 0); Time is since the start; Thread
+/// is the caller's thread id. The file is streamed: a killed process leaves a readable file up to
+/// the last flush. TIDEPOOL_RECORD=path starts one when the first pool is made. Throws
+/// tidepool::error if already recording or the file cannot be created.
+TIDEPOOL_API void start_recording(const std::string& path, const recording_options& options = {});
+/// Writes what is buffered and closes the file; a no-op when not recording.
+TIDEPOOL_API void stop_recording();
+/// The file being recorded to, or "" when not recording.
+[[nodiscard]] TIDEPOOL_API std::string recording_path();
+/// The latest events of `device` (allocations, frees, failures, maps and unmaps; at most
+/// recording_options::history_events, oldest first) while recording; empty otherwise.
+[[nodiscard]] TIDEPOOL_API std::vector<recorded_event> recent_events(int device);
 
 }  // namespace tidepool

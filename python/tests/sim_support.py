@@ -31,3 +31,18 @@ def run_script(source, **variables):
                             timeout=120)
     assert result.returncode == 0, f"child failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
+
+
+def tool_path():
+    """The `tidepool` command line of the build under test ($TIDEPOOL_BUILD_DIR, build/, or next
+    to $TIDEPOOL_LIBRARY), or None."""
+    root = os.path.dirname(PYTHON_ROOT)
+    candidates = [os.path.join(root, build, "tools", "tidepool")
+                  for build in (os.environ.get("TIDEPOOL_BUILD_DIR", ""), "build") if build]
+    library = os.environ.get("TIDEPOOL_LIBRARY", "")
+    if library:  # $BUILD/src/libtidepool.so -> $BUILD/tools/tidepool
+        candidates.insert(0, os.path.join(os.path.dirname(os.path.dirname(library)), "tools", "tidepool"))
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            return path
+    return None

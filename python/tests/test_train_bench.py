@@ -138,6 +138,16 @@ def test_child_environment():
         catalog.child_environment(base, "cuda", "/repo/python")
 
 
+def test_child_environment_records_tidepool_runs_only():
+    base = {"TIDEPOOL_RECORD": "/logs/run-%p.csv.gz", "PYTHONPATH": ""}
+    assert "TIDEPOOL_RECORD" not in catalog.child_environment(base, "default", "/repo/python")
+    assert "TIDEPOOL_RECORD" not in catalog.child_environment(base, "expandable", "/repo/python")
+    assert catalog.child_environment(base, "tidepool", "/repo/python")["TIDEPOOL_RECORD"] == "/logs/run-%p.csv.gz"
+    chosen = catalog.child_environment(base, "tidepool", "/repo/python", record="/logs/gpt.tidepool.csv.gz")
+    assert chosen["TIDEPOOL_RECORD"] == "/logs/gpt.tidepool.csv.gz"
+    assert "TIDEPOOL_RECORD" not in catalog.child_environment({}, "tidepool", "/repo/python")
+
+
 def test_percentile_and_step_statistics():
     assert report.percentile([3, 1, 2], 50) == 2
     assert report.percentile([1, 2, 3, 4], 50) == 2.5

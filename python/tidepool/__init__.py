@@ -18,19 +18,22 @@ from ._errors import InvalidArgumentError, LibraryNotFoundError, OutOfMemoryErro
 from ._hooks import add_reclaim_hook, remove_reclaim_hook
 from ._library import load as _load
 from ._library import path as library_path
+from ._memory import (describe, dump_snapshot, memory_snapshot, recent_events, record, recording_path,
+                      stop_recording)
 from ._options import get_pool_options, set_pool_options
 from ._release import release_cached_memory
 from ._sharing import get_sharing_options, set_sharing_options
-from ._stats import Stats, available_bytes, stats, summary
+from ._stats import MemorySummary, Stats, available_bytes, memory_summary, stats, summary
 
 __all__ = [
-    "ANY_DEVICE", "InvalidArgumentError", "LibraryNotFoundError", "OutOfMemoryError", "Stats",
+    "ANY_DEVICE", "InvalidArgumentError", "LibraryNotFoundError", "MemorySummary", "OutOfMemoryError",
+    "Stats",
     "TidepoolError",
-    "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "device_count", "forget_stream",
-    "get_current_stream", "get_pool_options", "get_sharing_options", "has_context", "library_path",
-    "record_stream", "release", "release_cached_memory", "remove_reclaim_hook", "set_current_stream",
-    "set_pool_options", "set_sharing_options",
-    "stats", "summary",
+    "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "describe", "device_count",
+    "dump_snapshot", "forget_stream", "get_current_stream", "get_pool_options", "get_sharing_options",
+    "has_context", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",
+    "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook",
+    "set_current_stream", "set_pool_options", "set_sharing_options", "stats", "stop_recording", "summary",
     "version",
 ]
 

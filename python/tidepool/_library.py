@@ -75,6 +75,54 @@ class CSharingOptions(ctypes.Structure):
     ]
 
 
+class CBlockInfo(ctypes.Structure):
+    """tidepool_block_info_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("address", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("requested", ctypes.c_uint64),
+        ("stream", ctypes.c_uint64),
+        ("range", ctypes.c_uint64),
+        ("state", ctypes.c_int32),
+        ("flags", ctypes.c_int32),
+    ]
+
+
+class CMemorySummary(ctypes.Structure):
+    """tidepool_memory_summary_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("held_bytes", ctypes.c_uint64),
+        ("in_use_bytes", ctypes.c_uint64),
+        ("cached_bytes", ctypes.c_uint64),
+        ("largest_free_block", ctypes.c_uint64),
+        ("releasable_bytes", ctypes.c_uint64),
+        ("blocks", ctypes.c_uint64),
+        ("handles", ctypes.c_uint64),
+    ]
+
+
+class CMemoryEvent(ctypes.Structure):
+    """tidepool_memory_event_t."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("action", ctypes.c_int32),
+        ("thread", ctypes.c_uint32),
+        ("time_ns", ctypes.c_int64),
+        ("address", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+        ("stream", ctypes.c_uint64),
+    ]
+
+
+BLOCK_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(CBlockInfo), ctypes.c_void_p)
+HANDLE_FN = ctypes.CFUNCTYPE(None, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p)
+EVENT_FN = ctypes.CFUNCTYPE(None, ctypes.POINTER(CMemoryEvent), ctypes.c_void_p)
+
 _status = ctypes.c_int
 _size_p = ctypes.POINTER(ctypes.c_size_t)
 _int_p = ctypes.POINTER(ctypes.c_int)
@@ -109,6 +157,12 @@ _PROTOTYPES = {
     "tidepool_set_sharing_options": (_status, [ctypes.POINTER(CSharingOptions)]),
     "tidepool_get_sharing_options": (_status, [ctypes.POINTER(CSharingOptions)]),
     "tidepool_stop_sharing": (_status, []),
+    "tidepool_start_recording": (_status, [ctypes.c_char_p]),
+    "tidepool_stop_recording": (_status, []),
+    "tidepool_recording_path": (_status, [ctypes.c_char_p, ctypes.c_size_t, _size_p]),
+    "tidepool_describe": (_status, [ctypes.c_int, ctypes.POINTER(CMemorySummary), BLOCK_FN, HANDLE_FN,
+                                    ctypes.c_void_p]),
+    "tidepool_recent_events": (_status, [ctypes.c_int, EVENT_FN, ctypes.c_void_p]),
 }
 
 _lock = threading.RLock()

@@ -1,4 +1,5 @@
-"""tidepool.stats(device), tidepool.summary() and tidepool.available_bytes(device)."""
+"""tidepool.stats(device), tidepool.memory_summary(device), tidepool.summary() and
+tidepool.available_bytes(device)."""
 
 import ctypes
 import dataclasses
@@ -37,6 +38,32 @@ def stats(device=0):
     _library.check(lib.tidepool_stats(device, ctypes.byref(raw)))
     values = {name: getattr(raw, name) for name, _ in _library.CStats._fields_ if name != "struct_size"}
     return Stats(device=device, **values)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySummary:
+    """What one device's pool holds now (tidepool_describe's summary)."""
+
+    device: int
+    held_bytes: int
+    in_use_bytes: int
+    cached_bytes: int
+    largest_free_block: int
+    releasable_bytes: int
+    blocks: int
+    handles: int
+
+
+def memory_summary(device=0):
+    """Held, in use and cached bytes of `device`'s pool, its largest free (cached) block and what
+    release() could hand back now."""
+    lib = _library.load()
+    raw = _library.CMemorySummary()
+    raw.struct_size = ctypes.sizeof(_library.CMemorySummary)
+    _library.check(lib.tidepool_describe(device, ctypes.byref(raw), _library.BLOCK_FN(),
+                                         _library.HANDLE_FN(), None))
+    values = {name: getattr(raw, name) for name, _ in _library.CMemorySummary._fields_ if name != "struct_size"}
+    return MemorySummary(device=device, **values)
 
 
 def available_bytes(device=0):
@@ -81,15 +108,19 @@ def summary():
     count = ctypes.c_int(0)
     _library.check(lib.tidepool_device_count(ctypes.byref(count)))
     devices = opened_devices(lib)
-    columns = ("device", "in use", "cached", "mapped", "peak mapped", "live", "allocs",
-               "released", "OOM saves", "available")
+    # held = in use + cached; "largest free" is the largest cached block (what a request can get
+    # without the driver), "releasable" what release() could hand back now.
+    columns = ("device", "held", "in use", "cached", "largest free", "releasable", "peak held", "live",
+               "allocs", "released", "OOM saves", "available")
     rows = []
     for device in range(count.value):
         s = stats(device)
         if s.allocations == 0 and device not in devices:
             continue  # never used by this process
-        rows.append((str(device), format_bytes(s.in_use_bytes), format_bytes(s.cached_bytes),
-                     format_bytes(s.mapped_bytes), format_bytes(s.peak_mapped_bytes),
+        m = memory_summary(device)
+        rows.append((str(device), format_bytes(m.held_bytes), format_bytes(m.in_use_bytes),
+                     format_bytes(m.cached_bytes), format_bytes(m.largest_free_block),
+                     format_bytes(m.releasable_bytes), format_bytes(s.peak_mapped_bytes),
                      str(s.live_allocations), str(s.allocations), format_bytes(s.released_bytes),
                      str(s.out_of_memory_recoveries), format_bytes(available_bytes(device))))
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)

@@ -1,9 +1,18 @@
-// driver_calls: the one call that the driver counts as two (map, then grant access).
+// driver_calls: the one call that the driver counts as two (map, then grant access), logged for
+// a recording pool.
 #include "core/driver_calls.hpp"
 
 namespace tidepool::detail {
 
 driver_status driver_calls::mem_map(device_address address, std::size_t size, physical_handle handle) {
+  const driver_status status = map_and_count(address, size, handle);
+  if (log_ != nullptr && status == driver_status::success) {
+    log_->push_back(make_recorded_event(recorded_event::kind::map, address, size, 0));
+  }
+  return status;
+}
+
+driver_status driver_calls::map_and_count(device_address address, std::size_t size, physical_handle handle) {
   if (modelled_) {
     add(driver_call::mem_map, driver_.modelled_cost_us(driver_call::mem_map, size));
     add(driver_call::mem_set_access, driver_.modelled_cost_us(driver_call::mem_set_access, size));

@@ -9,8 +9,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <vector>
 
+#include "core/recording_clock.hpp"
 #include "tidepool/driver.hpp"
+#include "tidepool/pool.hpp"
 
 namespace tidepool::detail {
 
@@ -60,7 +63,12 @@ class driver_calls {
                    [&] { return driver_.mem_set_access(device_, address, size, peer); });
   }
   driver_status mem_unmap(device_address address, std::size_t size) {
-    return counted(driver_call::mem_unmap, size, [&] { return driver_.mem_unmap(device_, address, size); });
+    const driver_status status =
+        counted(driver_call::mem_unmap, size, [&] { return driver_.mem_unmap(device_, address, size); });
+    if (log_ != nullptr && status == driver_status::success) {
+      log_->push_back(make_recorded_event(recorded_event::kind::unmap, address, size, 0));
+    }
+    return status;
   }
   driver_status mem_alloc(std::size_t size, device_address* out) {
     return counted(driver_call::mem_alloc, size, [&] { return driver_.mem_alloc(device_, size, out); });
@@ -99,12 +107,18 @@ class driver_calls {
   [[nodiscard]] const driver_call_counts& counts() const noexcept { return counts_; }
   [[nodiscard]] driver& raw() noexcept { return driver_; }
   [[nodiscard]] int device() const noexcept { return device_; }
+  /// While the pool records (pool::start_recording), successful maps and unmaps are appended to
+  /// `log` (the pool's buffer; both are called under the pool's lock only); nullptr stops it.
+  void log_mappings(std::vector<recorded_event>* log) noexcept { log_ = log; }
 
  private:
+  driver_status map_and_count(device_address address, std::size_t size, physical_handle handle);
+
   driver& driver_;
   int device_;
   bool modelled_ = false;
   driver_call_counts counts_{};
+  std::vector<recorded_event>* log_ = nullptr;
 };
 
 }  // namespace tidepool::detail

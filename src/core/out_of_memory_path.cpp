@@ -100,6 +100,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   report.driver_free_bytes = calls_.memory_info().free;
   report.largest_possible_bytes = largest_possible(report.driver_free_bytes);
   report.byte_cap = options_.byte_cap;
+  if (recording_) note(recorded_event::kind::allocate_failure, 0, requested, s.stream);
   throw out_of_memory(report);
 }
 

@@ -1,5 +1,6 @@
 // tidepool::pool: the public face of pool_impl. Each call forwards; the implementation and its
-// reasons are in pool_impl.hpp and the files it names.
+// reasons are in pool_impl.hpp and the files it names. allocate and deallocate also tell a
+// recording pool's recorder when its buffer filled, once the pool's lock is dropped.
 #include "tidepool/pool.hpp"
 
 #include "core/pool_impl.hpp"
@@ -12,8 +13,16 @@ pool::~pool() = default;
 pool::pool(pool&&) noexcept = default;
 pool& pool::operator=(pool&&) noexcept = default;
 
-void* pool::allocate(std::size_t bytes, stream_t stream, lifetime hint) { return impl_->allocate(bytes, stream, hint); }
-void pool::deallocate(void* ptr, stream_t stream) { impl_->deallocate(ptr, stream); }
+void* pool::allocate(std::size_t bytes, stream_t stream, lifetime hint) {
+  void* p = impl_->allocate(bytes, stream, hint);
+  // A recording pool's buffer filled: its recorder is told with no lock held.
+  if (impl_->recording_full()) [[unlikely]] impl_->call_on_full();
+  return p;
+}
+void pool::deallocate(void* ptr, stream_t stream) {
+  impl_->deallocate(ptr, stream);
+  if (impl_->recording_full()) [[unlikely]] impl_->call_on_full();
+}
 void pool::record_stream(void* ptr, stream_t stream) { impl_->record_stream(ptr, stream); }
 void pool::forget_stream(stream_t stream) { impl_->forget_stream(stream); }
 std::size_t pool::release() { return impl_->release(); }
@@ -25,5 +34,11 @@ int pool::device() const noexcept { return impl_->device(); }
 const pool_options& pool::options() const noexcept { return impl_->options(); }
 const std::shared_ptr<driver>& pool::get_driver() const noexcept { return impl_->get_driver(); }
 void pool::enable_peer_access(int peer_device) { impl_->enable_peer_access(peer_device); }
+pool_description pool::describe() const { return impl_->describe(); }
+void pool::start_recording(std::size_t notify_at, recording_full_fn on_full, void* context) {
+  impl_->start_recording(notify_at, on_full, context);
+}
+void pool::take_recorded(std::vector<recorded_event>& out) { impl_->take_recorded(out); }
+void pool::stop_recording(std::vector<recorded_event>& out) { impl_->stop_recording(out); }
 
 }  // namespace tidepool

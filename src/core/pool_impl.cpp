@@ -226,6 +226,10 @@ std::size_t pool_impl::available_bytes() {
 
 pool_stats pool_impl::stats() {
   std::lock_guard guard(lock_);
+  return stats_locked();
+}
+
+pool_stats pool_impl::stats_locked() {
   pool_stats s;
   s.in_use_bytes = in_use_;
   s.requested_bytes = requested_;

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -82,6 +83,7 @@ class pool_impl {
     peak_in_use_ = std::max(peak_in_use_, in_use_);
     peak_requested_ = std::max(peak_requested_, requested_);
     ++allocations_;
+    if (recording_) [[unlikely]] note(recorded_event::kind::allocate, b->address, bytes, stream);
     if (automatic_release_) after_operation(false, *s);
     return reinterpret_cast<void*>(b->address);
   }
@@ -94,12 +96,13 @@ class pool_impl {
     if (b == nullptr) throw_bad_pointer("deallocate", ptr);
     stream_state* s = streams_.find(stream);
     if (s == nullptr || b->owner != s->slot) s = &stream_for_free(*b, stream, s);
+    const std::size_t requested = b->requested;
     // An event recorded now covers this free too (it gets the next number).
     if (s->record_due) (void)record_event(*s, free_sequence_ + 1);
     --(b->owner == s->slot ? *s : streams_.at(b->owner)).live;
     live_.erase(address);
     in_use_ -= b->size;
-    requested_ -= b->requested;
+    requested_ -= requested;
     ++deallocations_;
     const std::uint64_t sequence = ++free_sequence_;
     s->last_free = sequence;
@@ -117,6 +120,7 @@ class pool_impl {
       b->freed_tick = tick_;
       s->parked = b;
     }
+    if (recording_) [[unlikely]] note(recorded_event::kind::free, address, requested, stream);
     if (automatic_release_) after_operation(true, *s);
   }
 
@@ -128,6 +132,18 @@ class pool_impl {
   [[nodiscard]] std::size_t available_bytes();
   [[nodiscard]] pool_stats stats();
   void enable_peer_access(int peer_device);
+
+  // pool_describe.cpp
+  [[nodiscard]] pool_description describe();
+
+  // pool_recording.cpp (see tidepool::pool::start_recording)
+  void start_recording(std::size_t notify_at, recording_full_fn on_full, void* context);
+  void take_recorded(std::vector<recorded_event>& out);
+  void stop_recording(std::vector<recorded_event>& out);
+  /// Whether an operation filled the buffer: the public pool then calls call_on_full() once the
+  /// pool's lock is dropped. A relaxed load, so the fast path pays one read for it.
+  [[nodiscard]] bool recording_full() const noexcept { return recording_full_.load(std::memory_order_relaxed); }
+  void call_on_full();
 
   [[nodiscard]] int device() const noexcept { return device_; }
   [[nodiscard]] const pool_options& options() const noexcept { return options_; }
@@ -149,6 +165,11 @@ class pool_impl {
   [[noreturn]] void throw_invalid_size(std::size_t bytes) const;
   [[noreturn]] void throw_bad_pointer(const char* operation, const void* ptr);
   void free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence);
+  /// The figures, under the lock.
+  [[nodiscard]] pool_stats stats_locked();
+
+  // pool_recording.cpp: appends one event to the buffer (under the lock, while recording_).
+  void note(recorded_event::kind what, device_address address, std::size_t size, stream_t stream);
 
   // growth.cpp
   block* allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s);
@@ -259,6 +280,15 @@ class pool_impl {
   // Held when the latest miss began: a request that fails hands back what its growth mapped
   // (another thread's miss while the out-of-memory path dropped the lock may have moved it).
   std::size_t held_before_miss_ = 0;
+
+  // Recording (pool_recording.cpp): events under the lock into recorded_, taken by the recorder.
+  bool recording_ = false;
+  std::vector<recorded_event> recorded_;
+  std::size_t notify_at_ = 0;
+  std::size_t next_notify_ = 0;
+  recording_full_fn on_full_ = nullptr;
+  void* on_full_context_ = nullptr;
+  std::atomic<bool> recording_full_{false};
 };
 
 }  // namespace tidepool::detail

@@ -7,6 +7,7 @@
 
 #include "process/process_state.hpp"
 #include "process/sharing.hpp"
+#include "process/recorder.hpp"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
 
@@ -52,6 +53,8 @@ void reset_process_for_testing() {
   reset_sharing_for_testing();
   auto& state = process();
   std::lock_guard lock(state.mutex);
+  recorder::instance().stop(existing_pools());
+  state.recording_environment_read = false;
   delete state.table.exchange(nullptr, std::memory_order_acq_rel);
   state.drv.reset();
   state.options = pool_options{};
@@ -79,6 +82,15 @@ pool& create_device_pool(int device) {
   if (pool* existing = slot.load(std::memory_order_acquire)) return *existing;
   auto& owner = table->owned[static_cast<std::size_t>(device)];
   owner = std::make_unique<pool>(table->drv, device, state.options);
+  // A recording covers pools made after it began; TIDEPOOL_RECORD is read with the first pool.
+  // Either happens before the pool is published, so no event of it is missed.
+  auto& rec = recorder::instance();
+  if (rec.active()) {
+    rec.attach(*owner);
+  } else if (!state.recording_environment_read) {
+    start_recording_from_environment({owner.get()});
+  }
+  state.recording_environment_read = true;
   slot.store(owner.get(), std::memory_order_release);
   return *owner;
 }

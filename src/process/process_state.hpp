@@ -36,6 +36,8 @@ struct process_state {
   pool_options options{};
   /// Made with the first pool; from then on its driver is the process's driver.
   std::atomic<pool_table*> table{nullptr};
+  /// TIDEPOOL_RECORD was read (with the first pool): it starts one recording at most.
+  bool recording_environment_read = false;
 };
 
 /// The process's state; never destroyed.

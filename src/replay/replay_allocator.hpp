@@ -38,6 +38,9 @@ class replay_allocator {
   virtual std::size_t release() = 0;
   /// Physical device memory the allocator holds from the driver, by its own count.
   [[nodiscard]] virtual std::size_t held_bytes() const noexcept = 0;
+  /// What the allocator holds block by block (tidepool: pool::describe); nullopt where the
+  /// allocator cannot say.
+  [[nodiscard]] virtual std::optional<pool_description> describe() const { return std::nullopt; }
 };
 
 /// Names of every allocator this build can replay, tidepool first.

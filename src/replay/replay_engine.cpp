@@ -86,6 +86,18 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
   const std::size_t rows_in_all = total * passes;
   const std::size_t progress_every = std::max<std::size_t>(rows_in_all / 100, 1000);
   std::size_t rows_done = 0;
+  // Sampling (options.sample_every): peaks since the last sample, and the driver's count.
+  std::uint64_t rows_replayed = 0;
+  std::size_t sample_live = 0;
+  std::size_t sample_held = 0;
+  auto take_sample = [&] {
+    driver_call_counts c = drv->call_counts();
+    c -= counts_before;
+    r.samples.push_back({rows_replayed, sample_live, sample_held, c.memory_calls(), c.memory_us()});
+    sample_live = live_bytes;
+    sample_held = held_now();
+  };
+  if (options.sample_every != 0) take_sample();
 
   // The GPU running behind (options.gpu_lag_us): the time each stream's queued work ends.
   std::unordered_map<stream_t, double> stream_tails;
@@ -145,6 +157,12 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
       } else if (pass == 0) {
         ++r.recorded_failures;
       }
+      if (options.sample_every != 0) {
+        ++rows_replayed;
+        sample_live = std::max(sample_live, live_bytes);
+        sample_held = std::max(sample_held, held_now());
+        if (rows_replayed % options.sample_every == 0) take_sample();
+      }
       if (options.progress && ++rows_done % progress_every == 0) options.progress(rows_done, rows_in_all);
     }
     if (pass + 1 < passes) {
@@ -159,6 +177,7 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
       failed.clear();
       live_bytes = 0;
     }
+    if (options.sample_every != 0 && rows_replayed % options.sample_every != 0 && pass + 1 == passes) take_sample();
     driver_call_counts pass_counts = drv->call_counts();
     pass_counts -= pass_before;
     p.driver_calls = pass_counts.memory_calls();
@@ -172,6 +191,11 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
   r.live_end_allocations = live.size();
   r.held_end_bytes = held_now();
   r.own_held_end_bytes = allocator->held_bytes();
+  if (const std::optional<pool_description> d = allocator->describe()) {
+    r.cached_end_bytes = d->stats.cached_bytes;
+    r.largest_free_end_bytes = d->largest_free_block;
+    r.releasable_end_bytes = d->releasable_bytes;
+  }
   if (const std::size_t used = drv->memory_info(device).process_used; used != device_memory_info::unknown_bytes) {
     r.process_used_end_bytes = used;
   }

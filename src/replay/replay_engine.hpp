@@ -46,6 +46,15 @@ struct pass_result {
   }
 };
 
+/// Memory and driver use at one point of a replay (replay_options::sample_every).
+struct replay_sample {
+  std::uint64_t row = 0;          ///< rows replayed so far, over all passes
+  std::size_t live_bytes = 0;     ///< the most bytes live since the previous sample
+  std::size_t held_bytes = 0;     ///< the most bytes held since the previous sample
+  std::uint64_t driver_calls = 0; ///< memory calls since the allocator was created, cumulative
+  double driver_us = 0;           ///< their time, cumulative
+};
+
 /// What one replay measured.
 struct replay_result {
   std::string trace;
@@ -62,6 +71,11 @@ struct replay_result {
   std::size_t held_after_release_bytes = 0;  ///< held after the allocator's release()
   std::size_t released_bytes = 0;           ///< what release() says it returned
   std::size_t own_held_end_bytes = 0;        ///< the allocator's own count at the end
+  /// Where the allocator can describe itself (tidepool), before the release at the end: its
+  /// cached bytes (held, not in use), its largest free block and what release() could return.
+  std::optional<std::size_t> cached_end_bytes;
+  std::optional<std::size_t> largest_free_end_bytes;
+  std::optional<std::size_t> releasable_end_bytes;
   /// The driver's figure for this process's device memory at the end, before and after release
   /// (NVML on cuda; sim's exact count); nullopt where the driver cannot tell.
   std::optional<std::size_t> process_used_end_bytes;
@@ -72,6 +86,8 @@ struct replay_result {
   /// One entry per pass, in order (one pass: one entry). The driver figures above also count the
   /// allocator's creation and its final release; a pass's count only what happened inside it.
   std::vector<pass_result> passes;
+  /// With replay_options::sample_every: one sample every that many rows, and one after the last.
+  std::vector<replay_sample> samples;
 
   /// The steady state: over the passes after the first, the worst held ratio, driver calls and
   /// driver time (each its own worst); the first pass itself where there is only one.
@@ -111,6 +127,9 @@ struct replay_options {
   double gpu_lag_us = 0.0;
   /// Options of the tidepool allocator (the other allocators have none).
   pool_options tidepool_options{};
+  /// Take a replay_sample every this many rows (0: none). Each holds the peaks of live and held
+  /// memory since the one before, so a chart of the samples misses no peak.
+  std::size_t sample_every = 0;
   /// Called now and then with (rows done, rows in all); may be empty.
   std::function<void(std::size_t, std::size_t)> progress;
 };

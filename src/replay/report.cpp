@@ -46,6 +46,15 @@ std::string format_table(const trace_summary& s, const std::vector<replay_result
     }
     out += '\n';
   }
+  for (const replay_result& r : results) {
+    if (!r.releasable_end_bytes) continue;
+    out += fmt::format("  {} at the end: held {} = in use {} + cached {}; largest free block {}; release() could return "
+                       "{}, returned {}\n",
+                       r.allocator, format_bytes(r.own_held_end_bytes),
+                       format_bytes(r.own_held_end_bytes - r.cached_end_bytes.value_or(0)),
+                       format_bytes(r.cached_end_bytes.value_or(0)), format_bytes(r.largest_free_end_bytes.value_or(0)),
+                       format_bytes(*r.releasable_end_bytes), format_bytes(r.released_bytes));
+  }
   const bool several = !results.empty() && results.front().passes.size() > 1;
   if (several) {
     out += fmt::format("  {} passes through one allocator; first pass, then the steady state (worst pass after the first):\n",
@@ -122,6 +131,11 @@ std::string format_json(const std::vector<replay_result>& results) {
     o["process_used_after_release_bytes"] = r.process_used_after_release_bytes
                                                 ? nlohmann::json(*r.process_used_after_release_bytes)
                                                 : nlohmann::json(nullptr);
+    auto optional = [](const std::optional<std::size_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+    o["released_bytes"] = r.released_bytes;
+    o["cached_end_bytes"] = optional(r.cached_end_bytes);
+    o["largest_free_end_bytes"] = optional(r.largest_free_end_bytes);
+    o["releasable_end_bytes"] = optional(r.releasable_end_bytes);
     auto pass_json = [](const pass_result& p) {
       nlohmann::json j;
       j["peak_live_bytes"] = p.peak_live_bytes;

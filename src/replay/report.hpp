@@ -28,7 +28,9 @@ namespace tidepool::replay {
 /// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,
 /// peak_live_bytes, peak_held_bytes, held_ratio, held_end_bytes, held_after_release_bytes,
 /// live_end_bytes, live_end_allocations, driver_calls, driver_us, ns_per_op, process_used_end_bytes,
-/// process_used_after_release_bytes (null where unknown), passes (one object per pass: peak_live_bytes,
+/// process_used_after_release_bytes (null where unknown), released_bytes (what release() said it
+/// returned), cached_end_bytes, largest_free_end_bytes, releasable_end_bytes (before the release;
+/// null for allocators that cannot describe themselves: all but tidepool), passes (one object per pass: peak_live_bytes,
 /// peak_held_bytes, held_ratio, driver_calls, driver_us), first_pass and steady_state (the same keys;
 /// the steady state is the worst pass after the first, or the first when there is one).
 [[nodiscard]] std::string format_json(const std::vector<replay_result>& results);

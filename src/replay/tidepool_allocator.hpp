@@ -23,6 +23,8 @@ class tidepool_allocator final : public replay_allocator {
   std::size_t release() override;
   /// pool_stats::mapped_bytes.
   [[nodiscard]] std::size_t held_bytes() const noexcept override;
+  /// pool::describe().
+  [[nodiscard]] std::optional<pool_description> describe() const override;
 
  private:
   pool pool_;

@@ -43,6 +43,8 @@ struct trace_event {
 struct trace {
   std::string name;
   std::vector<trace_event> events;
+  /// The file ended early (a recording cut short) and was read up to its last whole row.
+  bool truncated = false;
 };
 
 /// The allocations of a trace whose sizes fall in (previous class's upper_bytes, upper_bytes].

@@ -130,13 +130,19 @@ bool trace_reader::read_line(std::string& out) {
   }
   int zerr = Z_OK;
   const char* message = gzerror(f, &zerr);
-  if (zerr != Z_OK && zerr != Z_STREAM_END) {
+  if (zerr == Z_BUF_ERROR) {
+    // The gzip stream ends early ("unexpected end of file"): a recording whose process was
+    // killed. What came before is read; a cut last line is dropped.
+    truncated_ = true;
+    if (!out.empty() && out.back() != '\n') out.clear();
+  } else if (zerr != Z_OK && zerr != Z_STREAM_END) {
     ++line_;
     // Z_ERRNO: reading failed (an I/O error), and errno says why.
     fail(zerr == Z_ERRNO ? fmt::format("cannot read the trace: {}", std::strerror(errno))
                          : fmt::format("cannot decompress ({})", message));
   }
   if (out.empty()) return false;
+  unterminated_ = out.back() != '\n';
   ++line_;
   return true;
 }
@@ -159,7 +165,21 @@ bool trace_reader::next(trace_event& event) {
   do {
     if (!read_line(row)) return false;
   } while (trim(row).empty());
+  if (!unterminated_) {
+    parse_row(row, event);
+    return true;
+  }
+  // The file's last line, with no newline: a whole row (a hand-written file), or one cut short.
+  try {
+    parse_row(row, event);
+  } catch (const error&) {
+    truncated_ = true;
+    return false;
+  }
+  return true;
+}
 
+void trace_reader::parse_row(const std::string& row, trace_event& event) {
   std::array<std::string_view, 7> fields{};
   const std::size_t n = split_fields(trim(row), fields);
   if (n != 6) fail(fmt::format("expected 6 fields, found {}{}", n > 6 ? "more than " : "", n > 6 ? 6 : n));
@@ -201,7 +221,6 @@ bool trace_reader::next(trace_event& event) {
       break;
   }
   event = e;
-  return true;
 }
 
 trace read_trace(const std::filesystem::path& path, std::size_t largest_allocation) {
@@ -210,6 +229,7 @@ trace read_trace(const std::filesystem::path& path, std::size_t largest_allocati
   trace_reader reader(path, largest_allocation);
   trace_event e;
   while (reader.next(e)) t.events.push_back(e);
+  t.truncated = reader.truncated();
   return t;
 }
 

@@ -6,6 +6,10 @@
 // live, an allocation of a pointer that is already live, or one larger than the caller's device.
 // A trace that reads without error is therefore consistent, and the replay engine can trust it.
 // A file that cannot be opened or read is an error that says why (the system's reason).
+//
+// A recording cut short (a killed process: tidepool's recorder streams its file) is read up to
+// its last whole row: a gzip stream that ends early is the end of the input, and an unterminated
+// last line that does not parse (or a last line of a cut gzip stream) is dropped; truncated() says so.
 #pragma once
 
 #include <filesystem>
@@ -34,16 +38,21 @@ class trace_reader {
   /// Line number of the row read last (the header is line 1).
   [[nodiscard]] std::size_t line() const noexcept { return line_; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// Whether the file ended early (a cut gzip stream, or a cut last line that was dropped).
+  [[nodiscard]] bool truncated() const noexcept { return truncated_; }
 
  private:
   [[noreturn]] void fail(const std::string& what) const;
   bool read_line(std::string& out);
   void check_header();
+  void parse_row(const std::string& row, trace_event& event);
 
   std::filesystem::path path_;
   void* file_ = nullptr;  // gzFile, kept opaque so zlib.h stays out of this header
   std::size_t line_ = 0;
   std::size_t largest_allocation_;
+  bool unterminated_ = false;  // the line read last had no newline: the file's last
+  bool truncated_ = false;
   std::unordered_map<std::uintptr_t, std::size_t> live_;  // pointer -> size, to check frees
 };
 

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "replay/trace_reader.hpp"
 #include "temp_file.hpp"
@@ -101,12 +104,48 @@ TEST(TraceReader, RejectsAllocatingALivePointerAgain) {
   EXPECT_EQ(read_error(header + "0,0.0,allocate,0xabc,8,0x0\n0,0.0,free,0xabc,8,0x0\n0,0.0,allocate,0xabc,8,0x0\n"), "");
 }
 
+// A gzip stream cut short is a recording whose process was killed (tidepool's recorder streams
+// its file): it reads up to its last whole row and says it was cut.
+TEST(TraceReader, ReadsAGzipStreamCutShortUpToItsLastWholeRow) {
+  temp_file file(".csv.gz");
+  std::string rows = header;
+  for (int i = 1; i <= 200; ++i) rows += fmt::format("0,0.{},allocate,{:#x},{},0x0\n", i, i * 4096, 1000 + i);
+  file.write(rows);
+  EXPECT_FALSE(read_trace(file.path()).truncated);
+  // Cut the compressed stream in its middle.
+  std::filesystem::resize_file(file.path(), std::filesystem::file_size(file.path()) / 2);
+  const trace t = read_trace(file.path());
+  EXPECT_TRUE(t.truncated);
+  EXPECT_LT(t.events.size(), 200u);
+  for (std::size_t i = 0; i < t.events.size(); ++i) EXPECT_EQ(t.events[i].size, 1001 + i);
+}
+
 TEST(TraceReader, RejectsACorruptGzipFile) {
   temp_file file(".csv.gz");
-  file.write(header + "0,0.0,allocate,0x1,8,0x0\n");
-  // Truncate the compressed stream in its middle.
-  std::filesystem::resize_file(file.path(), std::filesystem::file_size(file.path()) - 12);
+  std::string rows = header;
+  for (int i = 1; i <= 200; ++i) rows += fmt::format("0,0.{},allocate,{:#x},{},0x0\n", i, i * 4096, 1000 + i);
+  file.write(rows);
+  // Overwrite the middle of the compressed data: not a cut, damage.
+  std::fstream f(file.path(), std::ios::in | std::ios::out | std::ios::binary);
+  const auto size = static_cast<std::streamoff>(std::filesystem::file_size(file.path()));
+  f.seekp(size / 2);
+  const std::string junk(32, '\xff');
+  f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  f.close();
   EXPECT_THROW((void)read_trace(file.path()), error);
+}
+
+TEST(TraceReader, DropsAPlainLastLineCutShortButKeepsAWholeOneWithoutNewline) {
+  temp_file cut(".csv");
+  cut.write(header + "0,0.1,allocate,0x1000,8,0x0\n0,0.2,allocate,0x2000,8,0");  // the stream's "x..." cut
+  EXPECT_EQ(read_trace(cut.path()).events.size(), 2u);  // "0" is a whole stream: kept
+  cut.write(header + "0,0.1,allocate,0x1000,8,0x0\n0,0.2,alloc");
+  const trace t = read_trace(cut.path());
+  EXPECT_EQ(t.events.size(), 1u);
+  EXPECT_TRUE(t.truncated);
+  cut.write(header + "0,0.1,allocate,0x1000,8,0x0\n0,0.2,allocate,0x2000,8,0x0");
+  EXPECT_FALSE(read_trace(cut.path()).truncated);
+  EXPECT_EQ(read_trace(cut.path()).events.size(), 2u);
 }
 
 // The message of the error read_trace(path) throws, or "" if it reads.

@@ -135,14 +135,19 @@ def parse_names(text, known, what):
     return names
 
 
-def child_environment(base, allocator, python_root):
+def child_environment(base, allocator, python_root, record=None):
     """The environment of a child running one workload under `allocator`: everything in `base`
     (the NCCL / multicast settings, TIDEPOOL_LIBRARY, ...) passes through, except inherited
-    allocator settings, which the benchmark sets itself, and a simulated tidepool device."""
+    allocator settings, which the benchmark sets itself, and a simulated tidepool device.
+    TIDEPOOL_RECORD (tidepool's recording of every allocation and free) reaches tidepool runs only:
+    `record` if given, else the inherited one."""
     if allocator not in ALLOCATORS:
         raise ValueError(f"unknown allocator {allocator!r}")
     env = {k: v for k, v in base.items()
-           if k not in ALLOC_CONF_VARIABLES and k != "TIDEPOOL_DEVICE" and not k.startswith("TIDEPOOL_SIM")}
+           if k not in ALLOC_CONF_VARIABLES and k not in ("TIDEPOOL_DEVICE", "TIDEPOOL_RECORD")
+           and not k.startswith("TIDEPOOL_SIM")}
+    if allocator == "tidepool" and (record or base.get("TIDEPOOL_RECORD")):
+        env["TIDEPOOL_RECORD"] = record or base["TIDEPOOL_RECORD"]
     if allocator == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_CONF
     paths = [python_root] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p != python_root]

@@ -4,14 +4,17 @@ each workload and allocator in its own process.
 
     TIDEPOOL_LIBRARY=$PWD/build/src/libtidepool.so python3 bench/gpu/train/train_bench.py \\
         [--workloads gpt-vary,...] [--allocators default,expandable,tidepool] [--steps N] [--log-dir DIR]
-        [--tidepool-option growth_slack=0.05 ...]
+        [--tidepool-option growth_slack=0.05 ...] [--record]
 
 Per run, the child prints one JSON line: median and p90 step time after the warm-up (each step
 timed to a torch.cuda.synchronize()), the time of the first 10 steps, peak in use and peak held by
 the allocator's own count, NVML's peak for the process over its baseline, and driver calls. The
 launcher prints a table per workload and all of them at the end, and writes every JSON line to
 LOG_DIR/train-bench.jsonl (each child's output to LOG_DIR/train-bench/WORKLOAD.ALLOCATOR.log).
-Exit status 1 if any run failed. `--list` lists the workloads.
+Exit status 1 if any run failed. `--list` lists the workloads. `--record` has tidepool's runs record
+every allocation and free (TIDEPOOL_RECORD) to LOG_DIR/train-bench/WORKLOAD.tidepool.csv.gz, to
+measure the recording's cost against a run without it; an inherited TIDEPOOL_RECORD reaches the
+tidepool runs too (use "%p" in it: each run is a process of its own).
 """
 
 import argparse
@@ -49,6 +52,9 @@ def parse_args(argv=None):
     parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
                         help="a tidepool pool option for the tidepool runs (tidepool.set_pool_options; "
                         "repeatable), e.g. growth_slack=0.05; VALUE: an integer, a number, true, false or none")
+    parser.add_argument("--record", action="store_true",
+                        help="tidepool runs record every allocation and free to LOG_DIR/train-bench/"
+                             "WORKLOAD.tidepool.csv.gz (TIDEPOOL_RECORD)")
     parser.add_argument("--log-dir", help="where the JSON lines and logs go (default: $LOG_DIR, $OUT, "
                         "else gpu-logs/ in the repository)")
     parser.add_argument("--list", action="store_true", help="list the workloads and exit")
@@ -243,8 +249,13 @@ def run_child(workload, allocator, args, log_path):
             command += [f"--{name}", str(getattr(args, name))]
     for option in args.tidepool_option:
         command += ["--tidepool-option", option]
-    env = catalog.child_environment(os.environ, allocator, PYTHON_ROOT)
+    record = None
+    if args.record and allocator == "tidepool":
+        record = os.path.join(os.path.dirname(log_path), f"{workload}.tidepool.csv.gz")
+    env = catalog.child_environment(os.environ, allocator, PYTHON_ROOT, record=record)
     result = report.run_child(command, env, log_path, args.timeout, workload, allocator)
+    if "TIDEPOOL_RECORD" in env:
+        result["recording"] = env["TIDEPOOL_RECORD"]
     return result
 
 
