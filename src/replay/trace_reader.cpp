@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -55,6 +56,10 @@ bool parse_hex(std::string_view text, std::uintptr_t& out) {
 
 // "HH:MM:SS.ffffff" (any number of fraction digits, truncated to microseconds), or a plain
 // decimal number of seconds.
+// The largest number of whole seconds whose time in microseconds (with up to 999,999 more) fits
+// an int64: about 292,000 years.
+constexpr std::int64_t max_whole_seconds = (std::numeric_limits<std::int64_t>::max() - 999'999) / 1'000'000;
+
 bool parse_time(std::string_view text, std::int64_t& out_us) {
   std::int64_t whole_seconds = 0;
   std::string_view fraction;
@@ -69,11 +74,13 @@ bool parse_time(std::string_view text, std::int64_t& out_us) {
       if (!parse_unsigned(whole.substr(0, colon), 10, hms[i])) return false;
       whole = colon == std::string_view::npos ? std::string_view{} : whole.substr(colon + 1);
     }
-    if (hms[1] >= 60 || hms[2] >= 60) return false;
+    if (hms[1] >= 60 || hms[2] >= 60 || hms[0] > max_whole_seconds / 3600) return false;
     whole_seconds = hms[0] * 3600 + hms[1] * 60 + hms[2];
   } else if (!parse_unsigned(whole, 10, whole_seconds)) {
     return false;
   }
+  // The time in microseconds must fit an int64 (a time the fuzzer wrote overflowed it).
+  if (whole_seconds > max_whole_seconds) return false;
   std::int64_t micros = 0;
   for (std::size_t i = 0; i < fraction.size(); ++i) {
     const char c = fraction[i];

@@ -83,6 +83,15 @@ TEST(TraceReader, RejectsBadNumbers) {
             std::string::npos);
 }
 
+// Times whose microseconds would not fit an int64 (found by fuzz_trace_reader: a signed overflow).
+TEST(TraceReader, RejectsTimesTooLargeToCount) {
+  EXPECT_NE(read_error(header + "0,17454545319110:00:00.0,allocate,0x1,8,0x0\n").find(":2: bad time"),
+            std::string::npos);
+  EXPECT_NE(read_error(header + "0,17454545319110.5,allocate,0x1,8,0x0\n").find(":2: bad time"), std::string::npos);
+  EXPECT_NE(read_error(header + "0,9223372036854775807,allocate,0x1,8,0x0\n").find(":2: bad time"),
+            std::string::npos);
+}
+
 TEST(TraceReader, RejectsAnUnknownAction) {
   EXPECT_NE(read_error(header + "0,0.0,allocate,0x1,8,0x0\n0,0.0,realloc,0x1,8,0x0\n").find(":3: unknown action \"realloc\""),
             std::string::npos);
