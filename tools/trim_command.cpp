@@ -10,39 +10,21 @@
 #include "process/ledger.hpp"
 #include "process/process_identity.hpp"
 #include "process/sharing.hpp"
+#include "process/text_values.hpp"
 #include "replay/report.hpp"
 #include "tidepool/errors.hpp"
 
 namespace tidepool::cli {
 namespace {
 
-// "1073741824", "512M", "2GiB" (powers of 1024).
+// "1073741824", "512M", "2GiB" (powers of 1024; the library's parser), at most 1 PiB.
 std::uint64_t parse_bytes(const std::string& text) {
-  std::size_t digits = 0;
-  std::uint64_t number = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
-    if (number > (UINT64_MAX - 9) / 10) break;
-    number = number * 10 + static_cast<std::uint64_t>(text[digits] - '0');
-    ++digits;
-  }
-  const std::string suffix = text.substr(digits);
-  unsigned shift = 0;
-  if (suffix.empty()) {
-    shift = 0;
-  } else if (suffix == "K" || suffix == "KiB") {
-    shift = 10;
-  } else if (suffix == "M" || suffix == "MiB") {
-    shift = 20;
-  } else if (suffix == "G" || suffix == "GiB") {
-    shift = 30;
-  } else {
-    digits = 0;
-  }
-  if (digits == 0 || number > (std::uint64_t{1} << 50) >> shift) {
+  std::size_t bytes = 0;
+  if (!detail::parse_byte_count(text, &bytes) || bytes > (std::size_t{1} << 50)) {
     throw error(error_code::invalid_argument,
                 fmt::format("trim: '{}' is not a byte count (e.g. 1073741824, 512M, 2GiB; at most 1 PiB)", text));
   }
-  return number << shift;
+  return bytes;
 }
 
 const char* outcome_text(detail::ask_outcome o) {

@@ -67,9 +67,9 @@ struct pool_options {
   /// with the frontier rule holds the recorded training loops and the loader at or below
   /// expandable segments' figure with no stealing at all). A workload whose fragmentation passes
   /// the slack steals in every step, forever, and stealing moves handles that placement would
-  /// have reused; so the default, 0.5, sits well above what the measured workloads need
-  /// (1.01-1.13). Smaller values hold less only on workloads past them and pay driver calls in
-  /// every step (the measured frontier is in docs/RESULTS.md).
+  /// have reused; so the default, 0.5, sits well above what the measured workloads need. Smaller
+  /// values hold less only on workloads past them and pay driver calls in every step (the
+  /// measured frontier is in docs/RESULTS.md).
   /// Must be >= 0.
   double growth_slack = 0.5;
 };

@@ -23,8 +23,8 @@
 // fits (up to max_frontier_skips of them), as PyTorch's expandable segments count the block at a
 // segment's end as the size it can grow to: a small long-lived block placed there would stand
 // between the free memory below it and the room above, and every larger request after it would
-// map its whole size elsewhere. Without this rule the loader workload held 1.26x its peak with no
-// stealing, against 1.01x with it (docs/RESULTS.md, section 0).
+// map its whole size elsewhere (the loader workload, measured with and without the rule in
+// docs/RESULTS.md, section 0).
 //
 // Extension instead of a wasteful fit: when the best fit would waste more than 1/16 of the
 // request (or none fits) and a smaller free block (of any stream, or of the request's own) has

@@ -3,10 +3,7 @@
 // TIDEPOOL_SIM_FAIL: driver failures injected into the sim, so a process that reaches tidepool only
 // through the C API, Python, can be fault tested), else the CUDA driver. Fixed once a pool exists.
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
-#include <cstdlib>
-#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "process/process_state.hpp"
+#include "process/text_values.hpp"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
 #include "tidepool/sim.hpp"
@@ -22,60 +20,9 @@ namespace tidepool {
 namespace detail {
 namespace {
 
-std::string_view environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? std::string_view{} : std::string_view{value};
-}
-
 [[noreturn]] void bad_variable(const char* name, std::string_view value, std::string_view expected) {
   throw error(error_code::invalid_argument,
               fmt::format("{}='{}' is not valid: expected {}", name, value, expected));
-}
-
-constexpr auto max_u64 = std::numeric_limits<std::uint64_t>::max();
-
-// Reads the leading decimal digits of `text` into `number`; returns how many there were (0 on
-// overflow or when there are none).
-std::size_t parse_digits(std::string_view text, std::uint64_t* number) {
-  std::size_t i = 0;
-  *number = 0;
-  for (; i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) != 0; ++i) {
-    const auto digit = static_cast<std::uint64_t>(text[i] - '0');
-    if (*number > (max_u64 - digit) / 10) return 0;
-    *number = *number * 10 + digit;
-  }
-  return i;
-}
-
-// Parses a plain decimal count.
-bool parse_count(std::string_view text, std::uint64_t* out) {
-  return parse_digits(text, out) == text.size() && !text.empty();
-}
-
-// Parses "<digits>[suffix]" where suffix is one of K, M, G, T, KiB, MiB, GiB, TiB (powers of
-// 1024, as the driver counts); returns false on anything else or on overflow.
-bool parse_bytes(std::string_view text, std::size_t* out) {
-  std::uint64_t number = 0;
-  const std::size_t digits = parse_digits(text, &number);
-  if (digits == 0) return false;
-  std::string_view suffix = text.substr(digits);
-  unsigned shift = 0;
-  if (suffix.empty()) {
-    shift = 0;
-  } else if (suffix == "K" || suffix == "KiB") {
-    shift = 10;
-  } else if (suffix == "M" || suffix == "MiB") {
-    shift = 20;
-  } else if (suffix == "G" || suffix == "GiB") {
-    shift = 30;
-  } else if (suffix == "T" || suffix == "TiB") {
-    shift = 40;
-  } else {
-    return false;
-  }
-  if (shift > 0 && number > (max_u64 >> shift)) return false;
-  *out = static_cast<std::size_t>(number << shift);
-  return true;
 }
 
 sim_config sim_config_from_environment() {
@@ -90,7 +37,7 @@ sim_config sim_config_from_environment() {
   }
   if (auto capacity = environment("TIDEPOOL_SIM_CAPACITY"); !capacity.empty()) {
     std::size_t bytes = 0;
-    if (!parse_bytes(capacity, &bytes) || bytes < config.granularity) {
+    if (!parse_byte_count(capacity, &bytes) || bytes < config.granularity) {
       bad_variable("TIDEPOOL_SIM_CAPACITY", capacity,
                    "bytes per device, at least one 2 MiB page (e.g. 1073741824 or 1GiB)");
     }

@@ -1,7 +1,6 @@
 // The options of GPU sharing (issue 14): from the environment (TIDEPOOL_SHARING,
 // TIDEPOOL_SHARING_GIVES, TIDEPOOL_SHARING_WAIT_MS, TIDEPOOL_SHARING_PUBLISH_MS,
 // TIDEPOOL_LEDGER_DIR) on first use, or set by the program at any time; and the state they live in.
-#include <cstdlib>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -9,17 +8,13 @@
 #include "process/process_state.hpp"
 #include "process/sharing.hpp"
 #include "process/sharing_state.hpp"
+#include "process/text_values.hpp"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
 
 namespace tidepool {
 namespace detail {
 namespace {
-
-std::string_view environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr ? std::string_view{} : std::string_view{value};
-}
 
 bool parse_switch(const char* name, std::string_view value, bool fallback) {
   if (value.empty()) return fallback;
