@@ -50,30 +50,12 @@ class progress_line {
 };
 
 void run_replay(const replay_settings& settings) {
-  std::vector<std::string> allocators = settings.allocators;
-  const std::vector<std::string> known = replay::allocator_names();
-  if (allocators.empty()) allocators = known;
-  for (const std::string& name : allocators) {  // before any trace is read
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw error(error_code::invalid_argument,
-                  fmt::format("unknown allocator \"{}\" (known: {})", name, fmt::join(known, ", ")));
-    }
-  }
-  // tidepool first, then the others in the order given.
-  std::stable_partition(allocators.begin(), allocators.end(), [](const std::string& a) { return a == "tidepool"; });
-
+  const std::vector<std::string> allocators = chosen_allocators(settings.allocators);
   // A row larger than the device is a bad row of the trace, named by file and line when read.
   const std::size_t capacity = make_driver(settings.device)->memory_info(0).total;
   std::vector<replay::replay_result> all;
   for (const std::string& path : settings.traces) {
-    const replay::trace t = replay::read_trace(path, capacity);
-    if (t.truncated) {
-      fmt::print(stderr, "tidepool: {}: the file ends early (a recording cut short?): read up to its last whole row\n",
-                 path);
-    }
-    if (t.events.empty()) {
-      throw error(error_code::invalid_argument, fmt::format("{}: empty trace: no rows after the header", path));
-    }
+    const replay::trace t = read_trace_to_replay(path, capacity);
     const replay::trace_summary summary = replay::summarize(t);
     const progress_line progress(t.events.size());
     std::vector<replay::replay_result> results;
@@ -98,6 +80,32 @@ void run_replay(const replay_settings& settings) {
 }
 
 }  // namespace
+
+std::vector<std::string> chosen_allocators(std::vector<std::string> allocators) {
+  const std::vector<std::string> known = replay::allocator_names();
+  if (allocators.empty()) allocators = known;
+  for (const std::string& name : allocators) {  // before any trace is read
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      throw error(error_code::invalid_argument,
+                  fmt::format("unknown allocator \"{}\" (known: {})", name, fmt::join(known, ", ")));
+    }
+  }
+  // tidepool first, then the others in the order given.
+  std::stable_partition(allocators.begin(), allocators.end(), [](const std::string& a) { return a == "tidepool"; });
+  return allocators;
+}
+
+replay::trace read_trace_to_replay(const std::string& path, std::size_t capacity) {
+  replay::trace t = replay::read_trace(path, capacity);
+  if (t.truncated) {
+    fmt::print(stderr, "tidepool: {}: the file ends early (a recording cut short?): read up to its last whole row\n",
+               path);
+  }
+  if (t.events.empty()) {
+    throw error(error_code::invalid_argument, fmt::format("{}: empty trace: no rows after the header", path));
+  }
+  return t;
+}
 
 std::string replay_notes(bool sim) {
   return fmt::format(

@@ -38,16 +38,7 @@ struct view_settings {
 };
 
 void run_view(const view_settings& settings) {
-  std::vector<std::string> allocators = settings.allocators;
-  const std::vector<std::string> known = replay::allocator_names();
-  if (allocators.empty()) allocators = known;
-  for (const std::string& name : allocators) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw error(error_code::invalid_argument,
-                  fmt::format("unknown allocator \"{}\" (known: {})", name, fmt::join(known, ", ")));
-    }
-  }
-  std::stable_partition(allocators.begin(), allocators.end(), [](const std::string& a) { return a == "tidepool"; });
+  const std::vector<std::string> allocators = chosen_allocators(settings.allocators);
   // Refuse an output that cannot be written before the replays, not after.
   std::ofstream out(settings.output, std::ios::binary | std::ios::trunc);
   if (!out) throw error(error_code::invalid_argument, fmt::format("{}: cannot create the page", settings.output));
@@ -56,14 +47,7 @@ void run_view(const view_settings& settings) {
   std::vector<view_trace> traces;
   std::vector<replay::replay_result> all;
   for (const std::string& path : settings.traces) {
-    replay::trace t = replay::read_trace(path, capacity);
-    if (t.truncated) {
-      fmt::print(stderr, "tidepool: {}: the file ends early (a recording cut short?): read up to its last whole row\n",
-                 path);
-    }
-    if (t.events.empty()) {
-      throw error(error_code::invalid_argument, fmt::format("{}: empty trace: no rows after the header", path));
-    }
+    const replay::trace t = read_trace_to_replay(path, capacity);
     view_trace v;
     v.name = t.name;
     v.truncated = t.truncated;
