@@ -71,11 +71,36 @@ driver_status page_table::unmap(std::uint32_t id) {
 driver_status page_table::release(std::uint32_t id) {
   handle_record& h = handles_[id];
   const driver_status status = calls_.mem_release(h.handle, h.size);
-  if (status != driver_status::success) return status;
+  if (status != driver_status::success) {
+    if (std::find(unreleased_.begin(), unreleased_.end(), id) == unreleased_.end()) unreleased_.push_back(id);
+    return status;
+  }
   remove_held(h.size);
   h = handle_record{};
   free_ids_.push_back(id);
   return driver_status::success;
+}
+
+driver_status page_table::retry_unreleased(std::size_t& released) {
+  std::vector<std::uint32_t> retry;
+  retry.swap(unreleased_);
+  driver_status first_failure = driver_status::success;
+  for (std::uint32_t id : retry) {
+    const std::size_t size = handles_[id].size;
+    const driver_status status = release(id);  // a failure puts it back on the list
+    if (status == driver_status::success) {
+      released += size;
+    } else if (first_failure == driver_status::success) {
+      first_failure = status;
+    }
+  }
+  return first_failure;
+}
+
+std::size_t page_table::unreleased_bytes() const noexcept {
+  std::size_t bytes = 0;
+  for (std::uint32_t id : unreleased_) bytes += handles_[id].size;
+  return bytes;
 }
 
 driver_status page_table::add_peer(int peer) {

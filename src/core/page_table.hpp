@@ -53,8 +53,15 @@ class page_table {
   driver_status map(std::uint32_t id, address_range& range, device_address at);
   /// Unmaps handle `id` (the caller knows no queued work uses it).
   driver_status unmap(std::uint32_t id);
-  /// Releases an unmapped handle: its bytes go back to the driver.
+  /// Releases an unmapped handle: its bytes go back to the driver. A handle whose mem_release
+  /// fails is kept (still held, covering nothing) and tried again by retry_unreleased, so no
+  /// caller can lose it, whichever path unmapped it.
   driver_status release(std::uint32_t id);
+  /// Tries again every handle whose release failed; adds the bytes that went back to `released`
+  /// and returns the first failure (those handles stay kept).
+  driver_status retry_unreleased(std::size_t& released);
+  [[nodiscard]] bool has_unreleased() const noexcept { return !unreleased_.empty(); }
+  [[nodiscard]] std::size_t unreleased_bytes() const noexcept;
 
   /// The handle backing the granule at `page` of `range`, or no_handle.
   [[nodiscard]] std::uint32_t handle_at(const address_range& range, device_address page) const noexcept {
@@ -92,6 +99,9 @@ class page_table {
   std::vector<handle_record> handles_;
   std::vector<std::uint32_t> free_ids_;
   std::vector<int> peers_;
+  // Handles already unmapped whose mem_release failed: no block covers them any more, so only this
+  // list keeps them from leaking.
+  std::vector<std::uint32_t> unreleased_;
   std::size_t held_ = 0;
   std::size_t peak_held_ = 0;
   std::size_t released_ = 0;

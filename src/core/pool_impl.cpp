@@ -78,8 +78,9 @@ pool_impl::~pool_impl() {
     // The device could not be waited for; unmapping below is still the only way to give the
     // memory back, so go on.
   }
-  for (std::uint32_t id : unreleased_) (void)pages_.release(id);  // a last try; nothing else holds them
   for (auto& a : arenas_) a->tear_down();
+  std::size_t last_try = 0;
+  (void)pages_.retry_unreleased(last_try);  // a last try for every failed release; nothing else holds them
   events_.destroy_all();
 }
 

@@ -217,9 +217,8 @@ class pool_impl {
   /// free segments) until `want` bytes went back (at_most: never more than `want`), from arena
   /// `only` if given, else from all; returns the bytes handed back.
   std::size_t release_free(std::size_t want, std::uint64_t freed_by, arena* only = nullptr, bool at_most = false);
-  /// Releases the unmapped handles `ids` (after them, those whose release failed before); a handle
-  /// whose mem_release fails stays in unreleased_ for the next attempt. Returns the bytes released
-  /// and the first failure.
+  /// Releases the unmapped handles `ids`; a handle whose mem_release fails stays with the page
+  /// table for the next attempt. Returns the bytes released and the first failure.
   driver_status release_handles(const std::vector<std::uint32_t>& ids, std::size_t& released);
   /// release_free in steps of 64 MiB, passing the lock to sleeping waiters between them.
   std::size_t release_in_steps(std::size_t want, std::uint64_t freed_by);
@@ -251,9 +250,6 @@ class pool_impl {
   stream_registry streams_;
   event_pool events_;
   std::vector<pending_free> pending_;
-  // Handles already unmapped whose mem_release failed: no block covers them any more, so only this
-  // list keeps them from leaking; every release_free (and the destructor) tries them again.
-  std::vector<std::uint32_t> unreleased_;
   driver_status record_failure_ = driver_status::success;  // why record_event returned false last
   std::unordered_map<block*, std::vector<stream_state*>> extra_streams_;
   spin_lock lock_;

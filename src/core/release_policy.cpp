@@ -250,8 +250,8 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, ar
   }
   std::vector<std::uint32_t> ids;
   // Handles a failed release left behind go first: they are held already and cover nothing.
-  if (!unreleased_.empty()) {
-    const driver_status status = release_handles(ids, released);
+  if (pages_.has_unreleased()) {
+    const driver_status status = pages_.retry_unreleased(released);
     if (status != driver_status::success) {
       throw error(error_code::driver_failure,
                   fmt::format("tidepool: mem_release failed on device {}: {}", device_, to_string(status)));
@@ -285,21 +285,16 @@ std::size_t pool_impl::release() {
 }
 
 driver_status pool_impl::release_handles(const std::vector<std::uint32_t>& ids, std::size_t& released) {
-  std::vector<std::uint32_t> retry;
-  retry.swap(unreleased_);
   driver_status first_failure = driver_status::success;
-  auto release_one = [&](std::uint32_t id) {
+  for (std::uint32_t id : ids) {
     const std::size_t size = pages_.record(id).size;
-    const driver_status status = pages_.release(id);
+    const driver_status status = pages_.release(id);  // a failure is kept by the page table
     if (status == driver_status::success) {
       released += size;
-      return;
+    } else if (first_failure == driver_status::success) {
+      first_failure = status;
     }
-    unreleased_.push_back(id);
-    if (first_failure == driver_status::success) first_failure = status;
-  };
-  for (std::uint32_t id : ids) release_one(id);
-  for (std::uint32_t id : retry) release_one(id);
+  }
   return first_failure;
 }
 

@@ -200,6 +200,28 @@ TEST(PoolFaults, AHandleWhoseReleaseFailedGoesBackAtTheNextRelease) {
   EXPECT_EQ(sim->physical_bytes(0), 0u);
 }
 
+// A large handle is remade in pieces when a small block would pin a small part of it; when the old
+// handle's mem_release failed there, nothing listed it, and no release() could hand it back.
+TEST(PoolFaults, AHandleWhoseReleaseFailedInASplitGoesBackAtTheNextRelease) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  stream_t other = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &other), driver_status::success);
+  void* whole = checker.allocate(64 * MiB);
+  checker.free(whole);
+  sim->run_until_idle();  // the free completes: the block is free for every stream, so it may be split
+  sim->fail_nth(driver_call::mem_release, 1, driver_status::error);
+  void* piece = checker.allocate(4 * MiB, other);  // covers a sixteenth of the free handle: it is split
+  EXPECT_GE(sim->call_counts().of(driver_call::mem_release), 1u) << "no split happened; the test proves nothing";
+  checker.check();
+  checker.free(piece);
+  (void)p.release();
+  checker.check();
+  EXPECT_EQ(p.stats().mapped_bytes, 0u);
+  EXPECT_EQ(sim->physical_bytes(0), 0u) << "the handle whose release failed was lost";
+}
+
 // Found by the sweep: an event_record the driver failed for its own reasons made an allocation
 // fail with invalid_stream "(destroyed?)" on a stream that was alive; it is the driver's failure.
 TEST(PoolFaults, AFailedEventRecordOnALiveStreamIsADriverFailure) {
