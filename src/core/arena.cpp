@@ -384,7 +384,9 @@ void arena::tear_down() {
         ++page;
         continue;
       }
-      const std::size_t granules = pages_.record(id).size / g;
+      // Read before the calls: a release clears the record, and a failed unmap leaves the granules
+      // naming the handle, so the walk moves on by what was read here.
+      const std::size_t granules = std::max<std::size_t>(1, pages_.record(id).size / g);
       (void)pages_.unmap(id);
       (void)pages_.release(id);
       page += granules;

@@ -86,6 +86,15 @@ class arena {
     extension_allowed_ = allowed;
   }
 
+  /// How placement learns whether the frees of stream `slot` up to free number `sequence` are known
+  /// complete on the GPU (a query, no change to any stream's state): splitting a large handle under
+  /// a free block of the request's own stream is safe only then.
+  using frees_done_fn = bool (*)(void* context, std::uint32_t slot, std::uint64_t sequence);
+  void set_frees_done(frees_done_fn fn, void* context) noexcept {
+    frees_done_ = fn;
+    frees_done_context_ = context;
+  }
+
   /// Makes room for stream slots up to `count` - 1.
   void ensure_slots(std::uint32_t count);
   /// Whether stream `slot` owns free blocks here.
@@ -169,15 +178,15 @@ class arena {
   // An unmapped room whose free block below (of any stream or of `slot`) is smaller than `bytes` but would serve
   // it with the fewest bytes mapped, at most `most_to_map`; nullptr if none (placement.cpp).
   block* room_to_extend(std::size_t bytes, std::size_t most_to_map, std::uint32_t slot) const;
-  // Whether a block [start, end) carved from free block `c` should split large handle `h`, which
-  // it cuts, rather than leave it shared with the free rest (placement.cpp).
+  // Whether a block [start, end) carved from free block `c` for stream `slot` should split large
+  // handle `h`, which it cuts, rather than leave it shared with the free rest (placement.cpp).
   [[nodiscard]] bool repair_worthwhile(const page_table::handle_record& h, const block* c, device_address start,
-                                       device_address end) const noexcept;
+                                       device_address end, std::uint32_t slot);
   // Replaces large handle `id` (free, safe to unmap) by new handles split at `splits` (those inside
-  // it); false if it could not (then the whole handle is unmapped, or, if unmapping failed,
-  // nothing changed: `unmapped` says which).
+  // it); false if it could not: then [unmapped_from, handle end) is left unmapped and the pieces
+  // below it stay mapped (unmapped_from 0: the unmap failed and nothing changed).
   bool remap_split(std::uint32_t id, address_range& range, const std::array<device_address, 4>& splits,
-                   bool& unmapped);
+                   device_address& unmapped_from);
   // Splits free block `c` (in no index) at the edges of `rooms` (sorted, disjoint, inside c) and of
   // [live_from, live_from + live_bytes) (live_bytes 0: none): rooms become unmapped room, the
   // live piece is returned marked live for `slot`, other pieces go back to c's index.
@@ -291,6 +300,8 @@ class arena {
   bool extension_allowed_ = true;
   block* extension_room_ = nullptr;
   std::uint32_t extension_slot_ = 0;  // the stream slot whose free block below it may be extended
+  frees_done_fn frees_done_ = nullptr;  // set by the pool; without it own-stream blocks are never split
+  void* frees_done_context_ = nullptr;
 };
 
 }  // namespace tidepool::detail

@@ -11,12 +11,14 @@
 // it is best fit, so a loop whose shapes repeat or drift finds the places it had, and the layout
 // settles (placement that avoided cutting handles distorted best fit and never settled). When a
 // block would cut a large handle that lies wholly inside the free block it is carved from, and
-// covers less than half of it, the handle is replaced by handles split where the block's granules
-// begin and end (repair_worthwhile, remap_split): a small block that outlives its neighbours then
-// pins its own granules, not the rest of a large handle. A block covering half or more keeps the
-// handle whole: it pins at most its own size again, and the same shapes coming back cost nothing.
-// Splitting needs the handle free for every stream (unmapping it must not race queued work), so
-// a block carved from a free block of its own stream leaves the handle whole.
+// covers less than three quarters of it, the handle is replaced by handles split where the block's
+// granules begin and end (repair_worthwhile, remap_split): a block that outlives its neighbours
+// then pins its own granules, not the rest of a large handle. A block covering three quarters or
+// more keeps the handle whole: it pins at most a quarter of a 64 MiB handle (16 MiB, less than one
+// 20 MiB page of PyTorch's expandable segments), and the same shapes coming back cost nothing.
+// Splitting needs the handle free for every stream (unmapping it must not race queued work): a
+// block carved from a free block of its own stream splits it only when that stream's frees are
+// known complete (the pool queries the covering event), and otherwise leaves the handle whole.
 //
 // The frontier: a free block with unmapped room above it is where growth extends cheaply (a request
 // larger than the block maps only the difference). Best fit passes over such a block when another
@@ -101,16 +103,22 @@ block* arena::room_to_extend(std::size_t bytes, std::size_t most_to_map, std::ui
 }
 
 bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c, device_address start,
-                              device_address end) const noexcept {
-  // Splitting needs the handle wholly free (inside c) and safe to unmap (c free for every stream).
-  if (h.at < c->address || h.at + h.size > c->end() || c->owner != 0) return false;
-  // A block that covers at least half of the handle keeps it whole: it pins no more than its own
-  // size, and leaving the handle as it is costs no driver call (the same shapes come back step after
-  // step). A block that covers less would pin the rest of a large handle for as long as it lives.
+                              device_address end, std::uint32_t slot) {
+  // Splitting needs the handle wholly free (inside c).
+  if (h.at < c->address || h.at + h.size > c->end()) return false;
+  // A block that covers three quarters of the handle or more keeps it whole: it pins at most a
+  // quarter more, and leaving the handle as it is costs no driver call (the same shapes come back
+  // step after step). A block that covers less would pin the rest of a large handle for as long as
+  // it lives, and whatever is placed in that rest later pins the block's part.
   const device_address from = std::max(h.at, start);
   const device_address to = std::min(h.at + h.size, end);
   const std::size_t covered = to > from ? to - from : 0;
-  return 2 * covered < h.size;
+  if (4 * covered >= 3 * h.size) return false;
+  // And the handle safe to unmap: c free for every stream, or c the request's own stream's and
+  // its frees known complete (one event query; a block freed a moment ago by a stream whose GPU
+  // work is still queued keeps its handle whole).
+  if (c->owner == 0) return true;
+  return c->owner == slot && frees_done_ != nullptr && frees_done_(frees_done_context_, slot, c->free_sequence);
 }
 
 block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
@@ -139,7 +147,7 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   auto consider = [&](std::uint32_t id) {
     const page_table::handle_record& h = pages_.record(id);
     if (h.size <= g || (h.at >= start && h.at + h.size <= end)) return;  // not cut
-    if (repair_worthwhile(h, c, start, end)) cuts[cut_count++] = id;
+    if (repair_worthwhile(h, c, start, end, slot)) cuts[cut_count++] = id;
   };
   const std::uint32_t low_id = pages_.handle_at(*c->range, round_down(start, g));
   const std::uint32_t high_id = pages_.handle_at(*c->range, round_up(end, g) - g);
@@ -147,7 +155,7 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   if (high_id != low_id) consider(high_id);
 
   slots_[c->owner]->remove(c);
-  std::array<span, 4> rooms{};
+  std::array<span, 2> rooms{};
   unsigned room_count = 0;
   bool placed = true;
   // Where the block's granules begin and end: a large handle is split there, each piece one new
@@ -157,18 +165,13 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   const std::array<device_address, 4> splits = {lo, start != lo ? lo + g : lo, end != hi ? hi - g : hi, hi};
   for (unsigned i = 0; i < cut_count; ++i) {
     const page_table::handle_record h = pages_.record(cuts[i]);
-    bool unmapped = false;
-    if (!remap_split(cuts[i], *c->range, splits, unmapped)) {
+    device_address unmapped_from = 0;
+    if (!remap_split(cuts[i], *c->range, splits, unmapped_from)) {
       placed = false;
-      if (unmapped) rooms[room_count++] = span{h.at, h.at + h.size};
+      if (unmapped_from != 0) rooms[room_count++] = span{unmapped_from, h.at + h.size};
     }
   }
-  if (room_count > 1 && rooms[1].from < rooms[0].from) std::swap(rooms[0], rooms[1]);  // at most 2 per handle,
-  if (room_count > 3 && rooms[3].from < rooms[2].from) std::swap(rooms[2], rooms[3]);  // handles in order
-  if (room_count > 2 && rooms[2].from < rooms[0].from) {
-    std::swap(rooms[0], rooms[2]);
-    if (room_count > 3) std::swap(rooms[1], rooms[3]);
-  }
+  if (room_count > 1 && rooms[1].from < rooms[0].from) std::swap(rooms[0], rooms[1]);  // one per handle, in order
   if (!placed) {
     (void)split_around(c, rooms.data(), room_count, 0, 0, slot);
     return nullptr;
@@ -177,35 +180,28 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
 }
 
 bool arena::remap_split(std::uint32_t id, address_range& range, const std::array<device_address, 4>& splits,
-                        bool& unmapped) {
+                        device_address& unmapped_from) {
   const page_table::handle_record h = pages_.record(id);
-  unmapped = false;
+  unmapped_from = 0;
   if (pages_.unmap(id) != driver_status::success) return false;
-  unmapped = true;
-  // A handle that will not go back is lost to the pool either way; the pieces below replace it.
-  (void)pages_.release(id);
+  unmapped_from = h.at;
+  (void)pages_.release(id);  // a failed release is kept by the page table and retried by release()
   device_address from = h.at;
-  std::array<std::uint32_t, 5> made{};
-  unsigned made_count = 0;
-  bool ok = true;
-  for (unsigned i = 0; i <= splits.size() && ok; ++i) {
+  for (unsigned i = 0; i <= splits.size(); ++i) {
     const device_address to = i < splits.size() ? splits[i] : h.at + h.size;
     if (to <= from || to > h.at + h.size) continue;
     std::uint32_t fresh = 0;
-    ok = pages_.create(to - from, fresh) == driver_status::success;
-    if (ok && pages_.map(fresh, range, from) != driver_status::success) {
+    if (pages_.create(to - from, fresh) != driver_status::success) return false;
+    if (pages_.map(fresh, range, from) != driver_status::success) {
       (void)pages_.release(fresh);
-      ok = false;
+      return false;
     }
-    if (ok) made[made_count++] = fresh;
+    // The pieces made so far stay mapped (no undo: an unmap that failed there would leave a
+    // mapping the pool no longer counted); what is left of the span is unmapped room.
     from = to;
+    unmapped_from = from;
   }
-  if (ok) return true;
-  for (unsigned i = 0; i < made_count; ++i) {  // undo: the whole handle's span is left unmapped
-    (void)pages_.unmap(made[i]);
-    (void)pages_.release(made[i]);
-  }
-  return false;
+  return true;
 }
 
 block* arena::split_around(block* c, const span* rooms, unsigned room_count, device_address live_from,

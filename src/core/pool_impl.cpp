@@ -64,9 +64,20 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
     settings.large_handles = k >= 2;
     settings.range_bytes = range_bytes;
     arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
+    arenas_[k]->set_frees_done(&pool_impl::frees_done, this);
   }
   const release_policy& policy = options_.release;
   automatic_release_ = policy.immediate || policy.max_cached_bytes != no_limit || policy.decay.count() > 0;
+}
+
+bool pool_impl::frees_done(void* self, std::uint32_t slot, std::uint64_t sequence) {
+  auto& pool = *static_cast<pool_impl*>(self);
+  const stream_state& s = pool.streams_.at(slot);
+  if (sequence <= s.completed) return true;
+  for (std::uint32_t i = 0; i < s.in_flight; ++i) {
+    if (s.events[i].watermark >= sequence) return pool.calls_.event_query(s.events[i].event) == driver_status::success;
+  }
+  return false;  // no event covers them yet
 }
 
 pool_impl::~pool_impl() {

@@ -152,6 +152,10 @@ class pool_impl {
  private:
   enum class growth { grown, no_memory };
 
+  // Whether stream `slot`'s frees up to `sequence` are known complete: already settled, or the
+  // oldest event covering them has completed (queried, nothing settled: placement calls this with
+  // blocks out of their indices). arena::frees_done_fn.
+  static bool frees_done(void* self, std::uint32_t slot, std::uint64_t sequence);
   [[nodiscard]] arena& arena_for(std::size_t size, lifetime hint) noexcept {
     const unsigned tier = size < options_.small_size_threshold ? 0u : 2u;
     return *arenas_[tier + (hint == lifetime::persistent ? 1u : 0u)];

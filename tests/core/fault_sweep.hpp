@@ -30,30 +30,11 @@ struct fault_sweep_result {
   std::uint64_t clean_calls = 0;        ///< driver calls of the clean run that could fail
 };
 
-/// Whether the run going on has a mem_release failure armed. arena::remap_split (placement.cpp)
-/// and growth after a failed map (growth.cpp) ignore a failed mem_release of a handle no block
-/// covers: the pool still counts it as held, so its figures stay equal to the driver's, but no
-/// release() can hand it back (reported to the lead, who owns those files; docs/RESULTS.md,
-/// issue 10). Until that
-/// is fixed, such a run checks that the pool counts what the driver holds instead of nothing held,
-/// and the sweep counts the runs that leaked.
-inline bool& mem_release_failure_armed() {
-  static bool armed = false;
-  return armed;
-}
-inline std::uint64_t& runs_leaked_by_failed_release() {
-  static std::uint64_t runs = 0;
-  return runs;
-}
-/// What must be true once everything is freed and released: nothing held, or, when a failed
-/// mem_release may have leaked a handle (above), the pool's count equal to the driver's.
+/// What must be true once everything is freed and released: nothing held by the driver's count,
+/// even after a failed mem_release (the page table keeps such a handle and release() retries it).
 inline void expect_nothing_held(std::size_t driver_bytes, std::size_t pool_mapped_bytes) {
-  if (mem_release_failure_armed() && driver_bytes != 0) {
-    EXPECT_EQ(driver_bytes, pool_mapped_bytes) << "a handle leaked past the pool's own count";
-    ++runs_leaked_by_failed_release();
-    return;
-  }
   EXPECT_EQ(driver_bytes, 0u) << "the pool leaked physical memory";
+  EXPECT_EQ(pool_mapped_bytes, 0u) << "the pool still counts memory as held";
 }
 
 /// The status an injected failure of `call` returns: out of memory where the driver would say so.
@@ -77,7 +58,6 @@ inline bool workload_own_call(driver_call call) {
 inline fault_sweep_result sweep_faults(const std::string& name, const fault_workload& workload,
                                        int random_runs = 40, int failures_per_random_run = 3) {
   fault_sweep_result result;
-  const std::uint64_t leaked_before = runs_leaked_by_failed_release();
   const driver_call_counts clean = workload([](sim_driver&) {});
   if (::testing::Test::HasFailure()) {
     ADD_FAILURE() << name << ": the clean run failed";
@@ -93,9 +73,7 @@ inline fault_sweep_result sweep_faults(const std::string& name, const fault_work
   for (const auto& [call, count] : kinds) {
     for (std::uint64_t n = 1; n <= count; ++n) {
       SCOPED_TRACE(name + ": failure injected at " + std::string(to_string(call)) + " call " + std::to_string(n));
-      mem_release_failure_armed() = call == driver_call::mem_release;
       (void)workload([call = call, n](sim_driver& sim) { sim.fail_nth(call, n, injected_status(call)); });
-      mem_release_failure_armed() = false;
       ++result.every_call_points;
       if (::testing::Test::HasFailure()) return result;
     }
@@ -116,21 +94,18 @@ inline fault_sweep_result sweep_faults(const std::string& name, const fault_work
       }
     }
     SCOPED_TRACE(name + ": failures injected at " + armed);
-    mem_release_failure_armed() = armed.find("mem_release") != std::string::npos;
     (void)workload([&picks](sim_driver& sim) {
       for (const auto& [call, n] : picks) sim.fail_nth(call, n, injected_status(call));
     });
-    mem_release_failure_armed() = false;
     ++result.random_runs;
     result.random_points += picks.size();
     if (::testing::Test::HasFailure()) return result;
   }
   std::printf("fault sweep %s: %llu driver calls in the clean run; %llu runs with one failure (every call), "
-              "%llu runs with %d random failures each; %llu runs leaked a handle after a failed mem_release\n",
+              "%llu runs with %d random failures each\n",
               name.c_str(), static_cast<unsigned long long>(result.clean_calls),
               static_cast<unsigned long long>(result.every_call_points),
-              static_cast<unsigned long long>(result.random_runs), failures_per_random_run,
-              static_cast<unsigned long long>(runs_leaked_by_failed_release() - leaked_before));
+              static_cast<unsigned long long>(result.random_runs), failures_per_random_run);
   return result;
 }
 

@@ -149,5 +149,43 @@ TEST(PoolRelease, LargeRequestsUseLargerHandles) {
   EXPECT_EQ(returned, p.stats().released_bytes);
 }
 
+// A block carved from a large handle freed on its own stream pins only its own granules once that
+// stream's frees are known complete (an event query), so the rest goes back when its neighbour is
+// freed; while the GPU still runs behind, the handle stays whole (nothing unmapped under queued work).
+struct carve_outcome {
+  std::size_t held_after_release = 0;
+};
+
+carve_outcome carve_from_own_free(double work_us, std::size_t kept_bytes) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* whole = checker.allocate(64 * MiB);  // one 64 MiB handle
+  checker.free_after_work(whole, work_us);
+  void* kept = checker.allocate(kept_bytes);  // same stream: carved from that handle
+  void* rest = checker.allocate(64 * MiB - kept_bytes);
+  checker.check();
+  checker.free(rest);
+  sim->run_until_idle();
+  (void)p.release();
+  checker.check();
+  checker.check_patterns();
+  carve_outcome out{p.stats().mapped_bytes};
+  checker.free(kept);
+  return out;
+}
+
+TEST(PoolRelease, ABlockCarvedFromItsOwnStreamsCompletedFreeSplitsTheHandle) {
+  EXPECT_EQ(carve_from_own_free(0.0, 8 * MiB).held_after_release, 8 * MiB);
+  // Covering 40 of 64 MiB still splits: a block keeps a handle whole only from three quarters on.
+  EXPECT_EQ(carve_from_own_free(0.0, 40 * MiB).held_after_release, 40 * MiB);
+  EXPECT_EQ(carve_from_own_free(0.0, 48 * MiB).held_after_release, 64 * MiB);
+}
+
+TEST(PoolRelease, ABlockCarvedWhileItsStreamsFreeIsQueuedLeavesTheHandleWhole) {
+  // The checker counts any unmap under queued work; the handle must stay whole and mapped.
+  EXPECT_EQ(carve_from_own_free(1000.0, 8 * MiB).held_after_release, 64 * MiB);
+}
+
 }  // namespace
 }  // namespace tidepool::testing
