@@ -7,8 +7,9 @@
 # More run only when STEPS names them: train-bench (bench/gpu/train/train_bench.py, the training
 # loops under PyTorch default, expandable segments and tidepool, ~6 minutes), record-traces
 # (bench/gpu/train/record_traces.py: those loops recorded as replay traces into LOG_DIR/traces) and
-# soak (the stress test, 8 threads x 4 streams under a byte cap, for SOAK_OPS operations per thread,
-# default 100000, against the real driver) and thread-scaling (bench/thread_scaling_bench on sim with
+# soak (the stress test, 8 threads x 4 streams under a byte cap, against the real driver, for
+# SOAK_SECONDS, default 240, or SOAK_OPS operations per thread, default 1000000, whichever ends
+# first; then every check, and a line of progress every 10 s in LOG_DIR/soak.txt) and thread-scaling (bench/thread_scaling_bench on sim with
 # the machine's cores, then bench/gpu/thread_scaling.py: tidepool beside PyTorch's allocator from
 # 1-16 threads on one and two GPUs, and a cached allocation's latency beside a slow driver call).
 set -uo pipefail
@@ -45,7 +46,8 @@ step replay-cuda "$build/tools/tidepool" replay --device cuda --passes 2 --alloc
   "$root"/traces/*.csv.gz
 step train-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
   python3 "$root/bench/gpu/train/train_bench.py" --log-dir "$logs"
-step soak env TIDEPOOL_STRESS_OPS="${SOAK_OPS:-100000}" "$build/tests/gpu/tidepool_gpu_stress_test"
+step soak env TIDEPOOL_STRESS_OPS="${SOAK_OPS:-1000000}" TIDEPOOL_STRESS_SECONDS="${SOAK_SECONDS:-240}" \
+  "$build/tests/gpu/tidepool_gpu_stress_test"
 step thread-scaling bash -c "'$build/bench/thread_scaling_bench' --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true && TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 \
   python3 '$root/bench/gpu/thread_scaling.py' --json '$logs/thread-scaling.json'"
