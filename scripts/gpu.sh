@@ -6,11 +6,17 @@
 # some of the steps (default: all): gpu-tests bench-vmm bench-compare python-gpu replay-cuda.
 # More run only when STEPS names them: train-bench (bench/gpu/train/train_bench.py, the training
 # loops under PyTorch default, expandable segments and tidepool, ~6 minutes), record-traces
-# (bench/gpu/train/record_traces.py: those loops recorded as replay traces into LOG_DIR/traces) and
-# soak (the stress test, 8 threads x 4 streams under a byte cap, for SOAK_OPS operations per thread,
-# default 100000, against the real driver) and thread-scaling (bench/thread_scaling_bench on sim with
-# the machine's cores, then bench/gpu/thread_scaling.py: tidepool beside PyTorch's allocator from
-# 1-16 threads on one and two GPUs, and a cached allocation's latency beside a slow driver call).
+# (bench/gpu/train/record_traces.py: those loops recorded as replay traces into LOG_DIR/traces),
+# record-cost (the training loops under tidepool with and without TIDEPOOL_RECORD, ~4 minutes;
+# each table ends with what the recording cost; RECORD_WORKLOADS picks some), and
+# soak (the stress test, 8 threads x 4 streams under a byte cap, against the real driver, for
+# SOAK_SECONDS, default 240, or SOAK_OPS operations per thread, default 1000000, whichever ends
+# first; then every check, and a line of progress every 10 s in LOG_DIR/soak.txt) and
+# thread-scaling (~70 s: bench/thread_scaling_bench on sim with the machine's cores, then
+# `tidepool_compare_bench threads`: tidepool, cudaMallocAsync and PyTorch's allocator from 1-16 C++
+# threads on one GPU, and a cached allocation's latency beside another thread's 2 GiB allocation,
+# then bench/gpu/thread_scaling.py: tidepool beside PyTorch from Python threads on one and two GPUs,
+# the two-GPU rows skipped, and said so, on a machine of one).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -45,9 +51,15 @@ step replay-cuda "$build/tools/tidepool" replay --device cuda --passes 2 --alloc
   "$root"/traces/*.csv.gz
 step train-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
   python3 "$root/bench/gpu/train/train_bench.py" --log-dir "$logs"
-step soak env TIDEPOOL_STRESS_OPS="${SOAK_OPS:-100000}" "$build/tests/gpu/tidepool_gpu_stress_test"
+step record-cost env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
+  python3 "$root/bench/gpu/train/train_bench.py" --allocators tidepool,tidepool+record \
+  --workloads "${RECORD_WORKLOADS:-gpt-vary,gpt-small-vary,gpt-fixed,hf-llama-train,hf-llama-generate,timm-vit-train}" \
+  --log-dir "$logs/record-cost"
+step soak env TIDEPOOL_STRESS_OPS="${SOAK_OPS:-1000000}" TIDEPOOL_STRESS_SECONDS="${SOAK_SECONDS:-240}" \
+  "$build/tests/gpu/tidepool_gpu_stress_test"
 step thread-scaling bash -c "'$build/bench/thread_scaling_bench' --benchmark_repetitions=3 \
-  --benchmark_report_aggregates_only=true && TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 \
+  --benchmark_report_aggregates_only=true && '$build/bench/gpu/tidepool_compare_bench' threads 0.5 && \
+  TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 \
   python3 '$root/bench/gpu/thread_scaling.py' --json '$logs/thread-scaling.json'"
 step record-traces env PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/train/record_traces.py" --out "$logs/traces"
 exit $status

@@ -34,4 +34,8 @@ struct register_allocator {
   }
 };
 
+/// `tidepool_compare_bench threads [SECONDS]`: every allocator from 1-16 threads, and a cached
+/// pair's latency beside a slow allocation (compare_threads.cpp); SECONDS per point.
+int run_thread_comparison(double seconds);
+
 }  // namespace tidepool::bench

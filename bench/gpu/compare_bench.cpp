@@ -4,7 +4,8 @@
 //   - a random mix of 256 B to 64 MiB requests (log-uniform) over 1000 and 10,000 live slots:
 //     each step picks a slot, frees it if taken, else allocates into it (ns per operation).
 // Every allocator sees the same sequence; each runs it once to warm its cache, then timed.
-// Prints a table with ratios to tidepool.
+// Prints a table with ratios to tidepool. `tidepool_compare_bench threads [SECONDS]` runs the
+// thread comparison of compare_threads.cpp instead.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -102,7 +103,7 @@ double run_mix(compare_allocator& a, const workload& w) {
 }  // namespace
 }  // namespace tidepool::bench
 
-int main() {
+int main(int argc, char** argv) {
   using namespace tidepool::bench;
   const std::string reason = tidepool::cuda_driver_unavailable_reason();
   if (!reason.empty()) {
@@ -111,6 +112,14 @@ int main() {
   }
   auto& registry = allocator_registry();
   std::sort(registry.begin(), registry.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  if (argc > 1 && std::string(argv[1]) == "threads") {
+    try {
+      return run_thread_comparison(argc > 2 ? std::stod(argv[2]) : 0.5);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "compare_bench threads failed: %s\n", e.what());
+      return 1;
+    }
+  }
   const std::vector<workload> workloads = {
       pair_workload("pair 512 B", 512, 200000), pair_workload("pair 1 MiB", std::size_t{1} << 20, 200000),
       pair_workload("pair 64 MiB", std::size_t{64} << 20, 200000), mix_workload(1000, 200000),

@@ -148,6 +148,48 @@ def test_child_environment_records_tidepool_runs_only():
     assert "TIDEPOOL_RECORD" not in catalog.child_environment({}, "tidepool", "/repo/python")
 
 
+def test_tidepool_plus_record_is_tidepool_recording():
+    assert catalog.uses_tidepool("tidepool") and catalog.uses_tidepool("tidepool+record")
+    assert not catalog.uses_tidepool("default") and not catalog.uses_tidepool("expandable")
+    assert "tidepool+record" not in catalog.ALLOCATORS  # not run unless named
+    env = catalog.child_environment({"PYTHONPATH": ""}, "tidepool+record", "/repo/python",
+                                    record="/logs/gpt.tidepool+record.csv.gz")
+    assert env["TIDEPOOL_RECORD"] == "/logs/gpt.tidepool+record.csv.gz"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env
+    with pytest.raises(ValueError, match="needs a file"):
+        catalog.child_environment({}, "tidepool+record", "/repo/python")
+    args = train_bench.parse_args(["--allocators", "tidepool,tidepool+record"])
+    assert args.allocators == ["tidepool", "tidepool+record"]
+    assert train_bench.parse_args([]).allocators == list(catalog.ALLOCATORS)
+
+
+def test_launcher_gives_tidepool_plus_record_its_own_file(tmp_path):
+    # The real launcher and workers (which fail here, without torch, after the environment check):
+    # only the tidepool+record run records, to a file of its own in the run logs.
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "LOG_DIR", "TIDEPOOL_RECORD")}
+    run = subprocess.run([sys.executable, os.path.join(TRAIN, "train_bench.py"), "--workloads", "gpt-small-vary",
+                          "--allocators", "tidepool,tidepool+record", "--steps", "3", "--log-dir", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    plain, recorded = (json.loads(line) for line in (tmp_path / "train-bench.jsonl").read_text().splitlines())
+    assert plain["allocator"] == "tidepool" and "recording" not in plain
+    assert recorded["allocator"] == "tidepool+record"
+    assert recorded["recording"] == str(tmp_path / "train-bench" / "gpt-small-vary.tidepool+record.csv.gz")
+    for r in (plain, recorded):
+        assert r["error"].startswith("ModuleNotFoundError") and "torch" in r["error"], r
+
+
+def test_recording_cost_line():
+    plain = _result("tidepool", 100.0, 1100, 1000)
+    recorded = _result("tidepool+record", 103.0, 1100, 1000, recording_file_bytes=3 * 2**20)
+    assert report.recording_costs([plain, recorded]) == \
+        ["  gpt-vary: recording costs +3.0% of the median step (100.0 -> 103.0 ms, 3.0 MiB written)"]
+    assert report.table([plain, recorded]).splitlines()[-1] == report.recording_costs([plain, recorded])[0]
+    assert report.recording_costs([plain]) == []
+    assert report.recording_costs([plain, {"workload": "gpt-vary", "allocator": "tidepool+record",
+                                           "error": "x"}]) == []
+
+
 def test_percentile_and_step_statistics():
     assert report.percentile([3, 1, 2], 50) == 2
     assert report.percentile([1, 2, 3, 4], 50) == 2.5

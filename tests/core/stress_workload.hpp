@@ -10,6 +10,10 @@
 // run inline), which is what the fault sweep replays with a failure injected at each driver call.
 // With `driver_faults` on, a tidepool::error of the driver (error_code::driver_failure) is an
 // accepted outcome of any call: counted, its message checked, the block kept as the call left it.
+//
+// The program's live set is bounded (each thread's blocks, a mailbox of handed-over blocks and the
+// hook's reserve, each to a limit), so a run of any length keeps the same shape and costs the same
+// per operation; a time limit ends a soak with a verdict whatever the machine's speed.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -19,10 +23,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <shared_mutex>
 #include <string>
@@ -117,6 +123,12 @@ struct stress_options {
   std::chrono::microseconds observer_period{2000};
   /// Accept tidepool errors of the driver (fault injection) as outcomes of any call.
   bool driver_faults = false;
+  /// Positive: no thread starts an operation after this long (a soak then always ends with a
+  /// verdict); the operation count still bounds each thread.
+  std::chrono::milliseconds time_limit{0};
+  /// Positive (with observer_thread on): a line of progress on stdout this often, so a long run
+  /// shows whether it moves.
+  std::chrono::milliseconds progress_period{0};
 };
 
 /// What the workload did; the pool's figures are checked against it.
@@ -132,6 +144,10 @@ struct stress_result {
   std::uint64_t observer_rounds = 0;
   std::uint64_t corrupted = 0;       ///< blocks whose pattern was not intact at their free
   std::uint64_t bad_errors = 0;      ///< exceptions that were neither of the above (or had no message)
+  std::uint64_t peak_live_blocks = 0;  ///< the most blocks the program held at once
+  std::vector<std::uint64_t> operations;  ///< operations each thread did
+  bool stopped_by_time = false;           ///< the time limit ended the run before the operation count
+  double seconds = 0;                     ///< the run's wall time
 };
 
 /// A number from the environment variable `name` (decimal), else `fallback`.
@@ -139,6 +155,42 @@ inline long env_number(const char* name, long fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return fallback;
   return std::strtol(value, nullptr, 10);
+}
+
+/// The soak's settings from the environment: TIDEPOOL_STRESS_OPS (operations per thread),
+/// TIDEPOOL_STRESS_SEED (added to `seed_offset`) and TIDEPOOL_STRESS_SECONDS (a time limit; with
+/// it, a line of progress every 10 s).
+inline stress_options stress_options_from_environment(stress_options so, std::uint64_t seed_offset = 0) {
+  so.operations_per_thread = static_cast<int>(env_number("TIDEPOOL_STRESS_OPS", so.operations_per_thread));
+  so.seed = static_cast<std::uint64_t>(env_number("TIDEPOOL_STRESS_SEED", 1)) + seed_offset;
+  const long seconds = env_number("TIDEPOOL_STRESS_SECONDS", 0);
+  if (seconds > 0) {
+    so.time_limit = std::chrono::seconds(seconds);
+    so.progress_period = std::chrono::seconds(10);
+  }
+  return so;
+}
+
+/// One line saying what a run did (`where`: "on sim", "on the GPU"), and the operations per thread.
+inline void print_stress_result(const char* where, const stress_options& so, const stress_result& r) {
+  std::uint64_t total = 0;
+  std::string per_thread;
+  for (const std::uint64_t n : r.operations) {
+    total += n;
+    if (!per_thread.empty()) per_thread.push_back(' ');
+    per_thread.append(std::to_string(n));
+  }
+  std::printf("stress %s: %d threads, %llu operations in %.1f s (%s; per thread: %s): %llu allocations, %llu frees "
+              "(%llu handed to another thread, %llu by the reclaim hook), %llu out of memory, %llu record_stream, "
+              "%llu streams recreated, %llu observer rounds, at most %llu blocks live\n",
+              where, so.threads, static_cast<unsigned long long>(total), r.seconds,
+              r.stopped_by_time ? "stopped by the time limit" : "every operation done", per_thread.c_str(),
+              static_cast<unsigned long long>(r.allocations), static_cast<unsigned long long>(r.deallocations),
+              static_cast<unsigned long long>(r.handed_over), static_cast<unsigned long long>(r.freed_by_hook),
+              static_cast<unsigned long long>(r.out_of_memory), static_cast<unsigned long long>(r.recorded),
+              static_cast<unsigned long long>(r.streams_recreated), static_cast<unsigned long long>(r.observer_rounds),
+              static_cast<unsigned long long>(r.peak_live_blocks));
+  std::fflush(stdout);
 }
 
 class stress_workload {
@@ -174,12 +226,21 @@ class stress_workload {
   /// Runs every thread to the end; blocks still live stay live (see live_blocks(), free_all()).
   stress_result run() {
     const int hook = add_reclaim_hook([this](int device, std::size_t needed) { return reclaim(device, needed); });
+    operations_ = std::vector<std::atomic<std::uint64_t>>(static_cast<std::size_t>(options_.threads));
+    start_ = std::chrono::steady_clock::now();
+    deadline_ = options_.time_limit.count() > 0 ? start_ + options_.time_limit
+                                                 : std::chrono::steady_clock::time_point::max();
     std::atomic<bool> done{false};
     std::thread observer;
     if (options_.observer_thread) {
       observer = std::thread([&] {
+        auto next_report = start_ + options_.progress_period;
         while (!done.load()) {
           observe();
+          if (options_.progress_period.count() > 0 && std::chrono::steady_clock::now() >= next_report) {
+            report_progress();
+            next_report += options_.progress_period;
+          }
           std::this_thread::sleep_for(options_.observer_period);
         }
       });
@@ -203,12 +264,24 @@ class stress_workload {
     r.observer_rounds = observer_rounds_;
     r.corrupted = corrupted_;
     r.bad_errors = bad_errors_;
+    r.peak_live_blocks = peak_live_;
+    for (const auto& n : operations_) r.operations.push_back(n.load());
+    r.stopped_by_time = stopped_by_time_;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     return r;
   }
 
   /// Blocks the program holds now (each thread's, handed over and parked for the hook).
   [[nodiscard]] std::size_t live_blocks() const { return live_count_.load(); }
   [[nodiscard]] std::size_t live_requested_bytes() const { return live_bytes_.load(); }
+  /// The most blocks the program may hold at once: each thread's own, and those handed over or
+  /// parked for the hook, each held to a bound as a real program's would be. A live set that grows
+  /// with the run's length fills the byte cap with small blocks and makes every later operation an
+  /// out-of-memory path over ever more blocks (the soak then slows down quadratically).
+  [[nodiscard]] std::size_t live_bound() const {
+    const auto threads = static_cast<std::size_t>(options_.threads);
+    return threads * (static_cast<std::size_t>(options_.max_live_per_thread) + 2) + 2 * shared_limit();
+  }
 
   /// Frees every block still held (after run()); true when each was freed (those that were not
   /// stay held, for another call).
@@ -246,6 +319,25 @@ class stress_workload {
     std::shared_mutex lock;
     stream_t handle = nullptr;
   };
+
+  // How many blocks the mailbox, and the hook's reserve, may hold.
+  [[nodiscard]] std::size_t shared_limit() const {
+    return static_cast<std::size_t>(options_.threads) * static_cast<std::size_t>(options_.max_live_per_thread);
+  }
+
+  // Adds `h` to a list other threads take from; beyond shared_limit() one of the list, chosen at
+  // random, comes back for the caller to free (else the list, and with it the live set, grows
+  // by a few percent of the operations for as long as the run lasts).
+  std::optional<held> share(std::mutex& m, std::vector<held>& list, const held& h, std::mt19937_64& rng) {
+    std::lock_guard lock(m);
+    list.push_back(h);
+    if (list.size() <= shared_limit()) return std::nullopt;
+    const std::size_t i = rng() % list.size();
+    const held out = list[i];
+    list[i] = list.back();
+    list.pop_back();
+    return out;
+  }
 
   std::size_t random_size(std::mt19937_64& rng) const {
     const double lo = std::log2(static_cast<double>(options_.min_bytes));
@@ -337,6 +429,26 @@ class stress_workload {
     backend_.tick();
   }
 
+  void report_progress() {
+    std::uint64_t ops = 0;
+    for (const auto& n : operations_) ops += n.load();
+    std::size_t shared = 0;
+    {
+      std::lock_guard lock(mailbox_mutex_);
+      shared += mailbox_.size();
+    }
+    {
+      std::lock_guard lock(reserve_mutex_);
+      shared += reserve_.size();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::printf("stress progress: %.0f s, %llu operations, %llu allocations, %llu out of memory, %zu live blocks "
+                "(%zu handed over or parked)\n",
+                seconds, static_cast<unsigned long long>(ops), static_cast<unsigned long long>(allocations_.load()),
+                static_cast<unsigned long long>(out_of_memory_.load()), live_count_.load(), shared);
+    std::fflush(stdout);
+  }
+
   void worker(int self) {
     current_thread_ = self;
     std::mt19937_64 rng(options_.seed * 1000 + static_cast<std::uint64_t>(self));
@@ -348,7 +460,12 @@ class stress_workload {
         mine.pop_back();
       }
     };
-    for (int op = 0; op < options_.operations_per_thread; ++op) {
+    std::atomic<std::uint64_t>& done = operations_[static_cast<std::size_t>(self)];
+    for (int op = 0; op < options_.operations_per_thread; ++op, done.store(static_cast<std::uint64_t>(op))) {
+      if (std::chrono::steady_clock::now() >= deadline_) {
+        stopped_by_time_ = true;
+        break;
+      }
       if (!options_.observer_thread && self == 0 && op % 16 == 15) observe();
       const unsigned r = static_cast<unsigned>(rng() % 100);
       if (mine.empty() || (r < 45 && mine.size() < static_cast<std::size_t>(options_.max_live_per_thread))) {
@@ -360,11 +477,15 @@ class stress_workload {
           const held h{ptr, bytes, next_tag_++, self, slot, stream};
           backend_.write(ptr, bytes, h.tag);
           ++allocations_;
-          ++live_count_;
+          const std::size_t live = ++live_count_;
+          for (std::size_t peak = peak_live_.load(); live > peak && !peak_live_.compare_exchange_weak(peak, live);) {
+          }
           live_bytes_ += bytes;
           if (rng() % 8 == 0) {
-            std::lock_guard lock(reserve_mutex_);  // parked: the reclaim hook may free it
-            reserve_.push_back(h);
+            // Parked: the reclaim hook may free it (a framework's cache, which has a bound too).
+            if (auto evicted = share(reserve_mutex_, reserve_, h, rng); evicted && !free_block(*evicted, self)) {
+              mine.push_back(*evicted);
+            }
           } else {
             mine.push_back(h);
           }
@@ -384,12 +505,13 @@ class stress_workload {
         drop_one(rng() % mine.size());
       } else if (r < 80) {
         const std::size_t i = rng() % mine.size();
-        {
-          std::lock_guard lock(mailbox_mutex_);
-          mailbox_.push_back(mine[i]);
-        }
+        const held given = mine[i];
         mine[i] = mine.back();
         mine.pop_back();
+        // Handed to whichever thread takes it; a full mailbox makes this thread free one of it.
+        if (auto evicted = share(mailbox_mutex_, mailbox_, given, rng); evicted && !free_block(*evicted, self)) {
+          mine.push_back(*evicted);
+        }
       } else if (r < 86) {
         held h{};
         bool got = false;
@@ -461,7 +583,10 @@ class stress_workload {
   std::atomic<std::uint64_t> allocations_{0}, deallocations_{0}, out_of_memory_{0}, driver_errors_{0},
       handed_over_{0}, recorded_{0}, streams_recreated_{0}, freed_by_hook_{0}, observer_rounds_{0}, corrupted_{0},
       bad_errors_{0}, observer_errors_{0};
-  std::atomic<std::size_t> live_count_{0}, live_bytes_{0};
+  std::atomic<std::size_t> live_count_{0}, live_bytes_{0}, peak_live_{0};
+  std::vector<std::atomic<std::uint64_t>> operations_;
+  std::chrono::steady_clock::time_point start_, deadline_;
+  std::atomic<bool> stopped_by_time_{false};
   static inline thread_local int current_thread_ = -1;
 };
 

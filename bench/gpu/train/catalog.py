@@ -12,6 +12,15 @@ import os
 import random
 
 ALLOCATORS = ("default", "expandable", "tidepool")
+# Run only when named: tidepool recording every allocation and free (TIDEPOOL_RECORD), so one
+# command measures the recording's cost beside `tidepool` (report.recording_costs).
+RECORDING = "tidepool+record"
+KNOWN_ALLOCATORS = ALLOCATORS + (RECORDING,)
+
+
+def uses_tidepool(allocator):
+    """Whether PyTorch is routed to tidepool in a run under `allocator`."""
+    return allocator in ("tidepool", RECORDING)
 # The allocator settings a child must not inherit: the benchmark chooses them itself.
 ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 EXPANDABLE_CONF = "expandable_segments:True"
@@ -140,14 +149,16 @@ def child_environment(base, allocator, python_root, record=None):
     (the NCCL / multicast settings, TIDEPOOL_LIBRARY, ...) passes through, except inherited
     allocator settings, which the benchmark sets itself, and a simulated tidepool device.
     TIDEPOOL_RECORD (tidepool's recording of every allocation and free) reaches tidepool runs only:
-    `record` if given, else the inherited one."""
-    if allocator not in ALLOCATORS:
+    `record` if given, else the inherited one; a `tidepool+record` run needs one of them."""
+    if allocator not in KNOWN_ALLOCATORS:
         raise ValueError(f"unknown allocator {allocator!r}")
     env = {k: v for k, v in base.items()
            if k not in ALLOC_CONF_VARIABLES and k not in ("TIDEPOOL_DEVICE", "TIDEPOOL_RECORD")
            and not k.startswith("TIDEPOOL_SIM")}
-    if allocator == "tidepool" and (record or base.get("TIDEPOOL_RECORD")):
+    if uses_tidepool(allocator) and (record or base.get("TIDEPOOL_RECORD")):
         env["TIDEPOOL_RECORD"] = record or base["TIDEPOOL_RECORD"]
+    if allocator == RECORDING and "TIDEPOOL_RECORD" not in env:
+        raise ValueError(f"allocator {RECORDING!r} needs a file to record to")
     if allocator == "expandable":
         env["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_CONF
     paths = [python_root] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p != python_root]

@@ -87,6 +87,23 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
+def recording_costs(results):
+    """A line per workload run both as `tidepool` and `tidepool+record`: what recording every
+    allocation and free cost, median step against median step (issue 12's goal: under 5%)."""
+    lines = []
+    for workload in sorted({r["workload"] for r in results}):
+        runs = {r["allocator"]: r for r in results if r["workload"] == workload and "error" not in r}
+        plain, recorded = runs.get("tidepool"), runs.get("tidepool+record")
+        if not plain or not recorded or not plain.get("median_step_ms") or recorded.get("median_step_ms") is None:
+            continue
+        a, b = plain["median_step_ms"], recorded["median_step_ms"]
+        size = recorded.get("recording_file_bytes")
+        written = f", {size / 2**20:.1f} MiB written" if size is not None else ""
+        lines.append(f"  {workload}: recording costs {100.0 * (b - a) / a:+.1f}% of the median step "
+                     f"({a:.1f} -> {b:.1f} ms{written})")
+    return lines
+
+
 def table(results):
     """One row per run: step times, peak in use, held / in use by the allocator's own count and by
     NVML, driver calls and time (PyTorch: cudaMalloc/cuMemMap + cudaFree/cuMemUnmap calls, no
@@ -110,6 +127,7 @@ def table(results):
                      _fmt(r.get("first_steps_s"), ".2f"), _fmt(in_use / GiB if in_use else None, ".2f"),
                      _fmt(own, ".3f"), _fmt(nvml, ".3f"), _fmt(r.get("driver_calls"), "d"),
                      _fmt(r.get("driver_ms"), ".1f"), _fmt(versus, ".3f")))
+    notes.extend(recording_costs(results))
     for workload in sorted(best):
         digests = {r.get("shapes_digest") for r in results if r["workload"] == workload and "error" not in r}
         if len(digests) > 1:

@@ -11,10 +11,13 @@ timed to a torch.cuda.synchronize()), the time of the first 10 steps, peak in us
 the allocator's own count, NVML's peak for the process over its baseline, and driver calls. The
 launcher prints a table per workload and all of them at the end, and writes every JSON line to
 LOG_DIR/train-bench.jsonl (each child's output to LOG_DIR/train-bench/WORKLOAD.ALLOCATOR.log).
-Exit status 1 if any run failed. `--list` lists the workloads. `--record` has tidepool's runs record
-every allocation and free (TIDEPOOL_RECORD) to LOG_DIR/train-bench/WORKLOAD.tidepool.csv.gz, to
-measure the recording's cost against a run without it; an inherited TIDEPOOL_RECORD reaches the
-tidepool runs too (use "%p" in it: each run is a process of its own).
+Exit status 1 if any run failed. `--list` lists the workloads. The allocator `tidepool+record`
+(named only on purpose, not in the default list) is tidepool recording every allocation and free
+(TIDEPOOL_RECORD) to LOG_DIR/train-bench/WORKLOAD.tidepool+record.csv.gz: with
+`--allocators tidepool,tidepool+record` each table ends with what the recording cost (median step
+against median step). `--record` has every tidepool run record (to WORKLOAD.ALLOCATOR.csv.gz); an
+inherited TIDEPOOL_RECORD reaches the tidepool runs too (use "%p" in it: each run is a process of
+its own).
 """
 
 import argparse
@@ -41,7 +44,8 @@ def parse_args(argv=None):
     parser.add_argument("--workloads", default=",".join(catalog.WORKLOADS),
                         help="comma-separated (default: all): " + ", ".join(catalog.WORKLOADS))
     parser.add_argument("--allocators", default=",".join(catalog.ALLOCATORS),
-                        help="comma-separated (default: all): " + ", ".join(catalog.ALLOCATORS))
+                        help="comma-separated (default: " + ",".join(catalog.ALLOCATORS) + "): "
+                        + ", ".join(catalog.KNOWN_ALLOCATORS))
     parser.add_argument("--steps", type=int, help="steps per run, warm-up included "
                         "(default: the workload's, 80 for training and 12 rounds for generation)")
     parser.add_argument("--warmup", type=int, help="leading steps left out of median and p90 "
@@ -62,7 +66,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     try:
         args.workloads = catalog.parse_names(args.workloads, catalog.WORKLOADS, "workload")
-        args.allocators = catalog.parse_names(args.allocators, catalog.ALLOCATORS, "allocator")
+        args.allocators = catalog.parse_names(args.allocators, catalog.KNOWN_ALLOCATORS, "allocator")
     except ValueError as e:
         parser.error(str(e))
     try:
@@ -146,7 +150,7 @@ def _tidepool_figures(tidepool, device):
             "out_of_memory_recoveries": s.out_of_memory_recoveries, "released_bytes": s.released_bytes,
             "driver_calls": s.driver_calls, "driver_ms": s.driver_microseconds / 1000.0,
             "tidepool_version": tidepool.version(), "tidepool_library": tidepool.library_path(),
-            "tidepool_options": tidepool.get_pool_options()}
+            "tidepool_options": tidepool.get_pool_options(), "recording_path": tidepool.recording_path()}
 
 
 def _versions(spec):
@@ -165,7 +169,9 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
     import torch
 
     tidepool = None
-    if allocator == "tidepool":
+    if allocator == catalog.RECORDING and not os.environ.get("TIDEPOOL_RECORD"):
+        raise RuntimeError(f"allocator {allocator!r} ran without TIDEPOOL_RECORD")
+    if catalog.uses_tidepool(allocator):
         import tidepool
 
         if tidepool_options:
@@ -207,6 +213,8 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
             result["nvml_error"] = monitor.error
     if tidepool is not None:
         result.update(_tidepool_figures(tidepool, device))
+        if allocator == catalog.RECORDING and not result["recording_path"]:
+            raise RuntimeError("TIDEPOOL_RECORD was set but tidepool was not recording")
     else:
         result.update(_torch_figures(torch))
         seen = result.get("expandable_segments")
@@ -250,12 +258,14 @@ def run_child(workload, allocator, args, log_path):
     for option in args.tidepool_option:
         command += ["--tidepool-option", option]
     record = None
-    if args.record and allocator == "tidepool":
-        record = os.path.join(os.path.dirname(log_path), f"{workload}.tidepool.csv.gz")
+    if allocator == catalog.RECORDING or (args.record and catalog.uses_tidepool(allocator)):
+        record = os.path.join(os.path.dirname(log_path), f"{workload}.{allocator}.csv.gz")
     env = catalog.child_environment(os.environ, allocator, PYTHON_ROOT, record=record)
     result = report.run_child(command, env, log_path, args.timeout, workload, allocator)
     if "TIDEPOOL_RECORD" in env:
         result["recording"] = env["TIDEPOOL_RECORD"]
+        if os.path.exists(env["TIDEPOOL_RECORD"]):
+            result["recording_file_bytes"] = os.path.getsize(env["TIDEPOOL_RECORD"])
     return result
 
 
