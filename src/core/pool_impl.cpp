@@ -79,6 +79,7 @@ pool_impl::~pool_impl() {
     // memory back, so go on.
   }
   for (std::uint32_t id : unreleased_) (void)pages_.release(id);  // a last try; nothing else holds them
+  forget_sleep();  // slept handles hold nothing: the tear-down must not unmap or release them
   for (auto& a : arenas_) a->tear_down();
   events_.destroy_all();
 }
@@ -234,7 +235,8 @@ pool_stats pool_impl::stats_locked() {
   s.in_use_bytes = in_use_;
   s.requested_bytes = requested_;
   s.mapped_bytes = pages_.held_bytes();
-  s.cached_bytes = s.mapped_bytes - in_use_;
+  s.asleep_bytes = asleep_bytes_;
+  s.cached_bytes = s.mapped_bytes + asleep_bytes_ - in_use_;
   for (const auto& a : arenas_) s.reserved_address_bytes += a->reserved_bytes();
   s.peak_in_use_bytes = peak_in_use_;
   s.peak_requested_bytes = peak_requested_;
