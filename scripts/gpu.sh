@@ -10,7 +10,9 @@
 # soak (the stress test, 8 threads x 4 streams under a byte cap, for SOAK_OPS operations per thread,
 # default 100000, against the real driver) and thread-scaling (bench/thread_scaling_bench on sim with
 # the machine's cores, then bench/gpu/thread_scaling.py: tidepool beside PyTorch's allocator from
-# 1-16 threads on one and two GPUs, and a cached allocation's latency beside a slow driver call).
+# 1-16 threads on one and two GPUs, and a cached allocation's latency beside a slow driver call) and
+# sleep-wake (bench/gpu/sleep_wake.py: sleep and wake of SLEEP_WAKE_GIB GiB of tensors, default
+# "1 8 32", beside doing it by hand with plain PyTorch; issue 13).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -50,4 +52,6 @@ step thread-scaling bash -c "'$build/bench/thread_scaling_bench' --benchmark_rep
   --benchmark_report_aggregates_only=true && TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 \
   python3 '$root/bench/gpu/thread_scaling.py' --json '$logs/thread-scaling.json'"
 step record-traces env PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/train/record_traces.py" --out "$logs/traces"
+step sleep-wake env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
+  python3 "$root/bench/gpu/sleep_wake.py" --sizes ${SLEEP_WAKE_GIB:-1 8 32} --json "$logs/sleep-wake.json"
 exit $status
