@@ -210,7 +210,9 @@ class TIDEPOOL_API pool {
   /// wake() as cache); release() returns 0; touching the memory on the GPU is an illegal address.
   /// Throws tidepool::error: asleep when already asleep, unavailable without the virtual memory
   /// API, driver_failure when a copy or the driver fails (the pool then stays awake when it could
-  /// put back what it had done, else asleep for what slept; wake() then restores it).
+  /// put back what it had done, else asleep for what slept; wake() then restores it). An
+  /// allocation another thread has in progress when sleep begins must end first: ordering them
+  /// is the program's (as for using memory on a stream the pool never saw).
   std::size_t sleep(sleep_keep keep = sleep_keep::contents);
   /// Wakes a sleeping pool: new handles mapped at the same addresses, the contents copied back (if
   /// kept), so pointers, and CUDA graphs captured over them, stay valid. Throws
