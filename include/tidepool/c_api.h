@@ -322,7 +322,13 @@ typedef enum tidepool_sleep_keep {
 TIDEPOOL_API tidepool_status tidepool_push_tag(const char* tag);
 /** Drops the calling thread's current tag (TIDEPOOL_INVALID_ARGUMENT when none is pushed). */
 TIDEPOOL_API tidepool_status tidepool_pop_tag(void);
-/** The calling thread's current tag ("" when none), as tidepool_recording_path returns text. */
+/** Sets the tag of allocations made on threads with no tag pushed (NULL or "": none): for threads
+ *  the program does not run, such as PyTorch's autograd threads (the backward pass). */
+TIDEPOOL_API tidepool_status tidepool_set_default_tag(const char* tag);
+/** The default tag ("" when none), as tidepool_recording_path returns text. */
+TIDEPOOL_API tidepool_status tidepool_default_tag(char* buffer, size_t capacity, size_t* length);
+/** The calling thread's current tag, else the default tag ("" when none), as
+ *  tidepool_recording_path returns text. */
 TIDEPOOL_API tidepool_status tidepool_current_tag(char* buffer, size_t capacity, size_t* length);
 /** The index of `tag` (made if new): tidepool_torch_alloc_tag<index> allocates from it. */
 TIDEPOOL_API tidepool_status tidepool_tag_id(const char* tag, int* id);

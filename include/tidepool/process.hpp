@@ -51,7 +51,13 @@ TIDEPOOL_API std::size_t release_cached_memory();
 TIDEPOOL_API void push_tag(const std::string& name);
 /// Drops the calling thread's current tag; throws tidepool::error when none was pushed.
 TIDEPOOL_API void pop_tag();
-/// The calling thread's current tag, "" when none.
+/// The tag of allocations made on threads with no tag pushed ("" for none, the default): for
+/// memory allocated on threads the program does not run, such as PyTorch's autograd threads,
+/// which run the backward pass (gradients). Returns the default tag it replaces.
+TIDEPOOL_API std::string set_default_tag(const std::string& name);
+/// The default tag, "" when none.
+[[nodiscard]] TIDEPOOL_API std::string default_tag();
+/// The calling thread's current tag (else the default tag), "" when none.
 [[nodiscard]] TIDEPOOL_API std::string current_tag();
 /// The pool the calling thread allocates from on `device`: the current tag's, else device_pool().
 [[nodiscard]] TIDEPOOL_API pool& current_pool(int device);

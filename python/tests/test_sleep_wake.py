@@ -41,6 +41,21 @@ def test_region_is_per_thread(tp):
     assert seen == [None]
 
 
+def test_region_for_all_threads_tags_threads_without_a_tag(tp):
+    got = []
+    with tp.region("py-all", all_threads=True):
+        t = threading.Thread(target=lambda: got.append(tp.allocate(MiB)))
+        t.start()
+        t.join()
+    assert tp.tag_stats("py-all").live_allocations == 1
+    t = threading.Thread(target=lambda: got.append(tp.allocate(MiB)))
+    t.start()
+    t.join()
+    assert tp.tag_stats("py-all").live_allocations == 1, "the default tag ended with the region"
+    for p in got:
+        tp.deallocate(p)
+
+
 def test_sleep_returns_the_bytes_and_wake_restores(tp):
     with tp.region("py-sleepy"):
         a = tp.allocate(10 * MiB)

@@ -166,6 +166,8 @@ _PROTOTYPES = {
     "tidepool_recent_events": (_status, [ctypes.c_int, EVENT_FN, ctypes.c_void_p]),
     "tidepool_push_tag": (_status, [ctypes.c_char_p]),
     "tidepool_pop_tag": (_status, []),
+    "tidepool_set_default_tag": (_status, [ctypes.c_char_p]),
+    "tidepool_default_tag": (_status, [ctypes.c_char_p, ctypes.c_size_t, _size_p]),
     "tidepool_current_tag": (_status, [ctypes.c_char_p, ctypes.c_size_t, _size_p]),
     "tidepool_tag_id": (_status, [ctypes.c_char_p, _int_p]),
     "tidepool_sleep": (_status, [ctypes.c_char_p, ctypes.c_int, _size_p]),

@@ -9,7 +9,9 @@ the driver while another engine uses the GPU, and take it again at the same addr
 
 Each tag has pools of its own (its own address ranges and cache), so one tag's freed memory is
 never reused by another. The tag is the calling thread's: allocations on other threads (or in
-asyncio tasks that interleave on this thread) carry their own. While asleep, allocating in the tag
+asyncio tasks that interleave on this thread) carry their own, PyTorch's autograd threads (the
+backward pass) included, unless region(tag, all_threads=True) makes it every untagged thread's.
+While asleep, allocating in the tag
 raises AsleepError, freeing works, and the GPU must not touch the memory: on a GPU that is an
 illegal address fault, which ends the CUDA context.
 """
@@ -30,14 +32,30 @@ def _name(tag):
 
 
 @contextlib.contextmanager
-def region(tag):
-    """Allocations this thread makes inside come from tag `tag`'s memory (tags nest)."""
+def region(tag, all_threads=False):
+    """Allocations this thread makes inside come from tag `tag`'s memory (tags nest). With
+    all_threads=True, so do those of every thread with no tag of its own, such as PyTorch's
+    autograd threads, which run the backward pass (gradients): use it around training steps whose
+    gradients should sleep with the weights."""
     lib = _library.load()
+    if all_threads:
+        previous = _current_default(lib)
+        _library.check(lib.tidepool_set_default_tag(_name(tag)))
     _library.check(lib.tidepool_push_tag(_name(tag)))
     try:
         yield tag
     finally:
         _library.check(lib.tidepool_pop_tag())
+        if all_threads:
+            _library.check(lib.tidepool_set_default_tag(previous))
+
+
+def _current_default(lib):
+    """The default tag now (bytes, b"" for none)."""
+    length = ctypes.c_size_t(0)
+    buffer = ctypes.create_string_buffer(80)
+    _library.check(lib.tidepool_default_tag(buffer, len(buffer), ctypes.byref(length)))
+    return buffer.value
 
 
 def current_tag():

@@ -20,6 +20,18 @@ std::string tag_text(const char* function, const char* tag) {
   return tag;
 }
 
+// Text out as tidepool_recording_path gives it: *length the full size, at most capacity - 1
+// bytes and a NUL written.
+void copy_text(const char* function, const std::string& text, char* buffer, size_t capacity, size_t* length) {
+  if (length == nullptr) throw_null_argument(function, "length");
+  if (buffer == nullptr && capacity != 0) throw_null_argument(function, "buffer");
+  *length = text.size();
+  if (capacity == 0) return;
+  const std::size_t n = std::min(text.size(), capacity - 1);
+  std::memcpy(buffer, text.data(), n);
+  buffer[n] = '\0';
+}
+
 sleep_keep to_keep(tidepool_sleep_keep keep) {
   switch (keep) {
     case TIDEPOOL_KEEP_CONTENTS: return sleep_keep::contents;
@@ -46,18 +58,19 @@ tidepool_status tidepool_pop_tag(void) {
   return guarded([] { tidepool::pop_tag(); });
 }
 
+tidepool_status tidepool_set_default_tag(const char* tag) {
+  using namespace tidepool::detail;
+  return guarded([&] { (void)tidepool::set_default_tag(tag == nullptr ? std::string() : std::string(tag)); });
+}
+
 tidepool_status tidepool_current_tag(char* buffer, size_t capacity, size_t* length) {
   using namespace tidepool::detail;
-  return guarded([&] {
-    if (length == nullptr) throw_null_argument("tidepool_current_tag", "length");
-    if (buffer == nullptr && capacity != 0) throw_null_argument("tidepool_current_tag", "buffer");
-    const std::string tag = tidepool::current_tag();
-    *length = tag.size();
-    if (capacity == 0) return;
-    const std::size_t n = std::min(tag.size(), capacity - 1);
-    std::memcpy(buffer, tag.data(), n);
-    buffer[n] = '\0';
-  });
+  return guarded([&] { copy_text("tidepool_current_tag", tidepool::current_tag(), buffer, capacity, length); });
+}
+
+tidepool_status tidepool_default_tag(char* buffer, size_t capacity, size_t* length) {
+  using namespace tidepool::detail;
+  return guarded([&] { copy_text("tidepool_default_tag", tidepool::default_tag(), buffer, capacity, length); });
 }
 
 tidepool_status tidepool_tag_id(const char* tag, int* id) {

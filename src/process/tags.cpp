@@ -31,6 +31,7 @@ struct tag_registry {
   std::array<std::atomic<tag_entry*>, max_tags> tags{};
   std::atomic<std::size_t> count{0};
   std::atomic<bool> any_pool{false};
+  std::atomic<tag_entry*> default_tag{nullptr};  // set_default_tag
 };
 
 tag_registry& registry() {
@@ -162,7 +163,10 @@ pool* tag_pool_owning(const void* ptr, int device) {
   return nullptr;
 }
 
-tag_entry* current_tag_entry() noexcept { return thread_tags.empty() ? nullptr : thread_tags.back(); }
+tag_entry* current_tag_entry() noexcept {
+  if (!thread_tags.empty()) return thread_tags.back();
+  return registry().default_tag.load(std::memory_order_acquire);
+}
 
 void reset_tags_for_testing() {
   tag_registry& r = registry();
@@ -170,6 +174,7 @@ void reset_tags_for_testing() {
   const std::size_t n = r.count.exchange(0, std::memory_order_acq_rel);
   for (std::size_t i = 0; i < n; ++i) delete r.tags[i].exchange(nullptr, std::memory_order_acq_rel);
   r.any_pool.store(false, std::memory_order_release);
+  r.default_tag.store(nullptr, std::memory_order_release);
   thread_tags.clear();  // the calling thread's (tests run the reset on their own thread)
 }
 
@@ -182,6 +187,17 @@ void pop_tag() {
     throw error(error_code::invalid_argument, "tidepool: pop_tag without a tag pushed on this thread");
   }
   detail::thread_tags.pop_back();
+}
+
+std::string set_default_tag(const std::string& name) {
+  detail::tag_entry* tag = name.empty() ? nullptr : &detail::tag_named(name);
+  const detail::tag_entry* before = detail::registry().default_tag.exchange(tag, std::memory_order_acq_rel);
+  return before == nullptr ? std::string() : before->name;
+}
+
+std::string default_tag() {
+  const detail::tag_entry* t = detail::registry().default_tag.load(std::memory_order_acquire);
+  return t == nullptr ? std::string() : t->name;
 }
 
 std::string current_tag() {

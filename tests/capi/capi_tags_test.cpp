@@ -164,6 +164,29 @@ TEST_F(CApiTagsSim, TagsNestPerThread) {
   EXPECT_EQ(current_tag(), "");
 }
 
+TEST_F(CApiTagsSim, TheDefaultTagIsTheTagOfThreadsWithoutOne) {
+  host_backed();
+  ASSERT_EQ(tidepool_set_default_tag("train"), TIDEPOOL_SUCCESS);
+  char buffer[16];
+  size_t length = 0;
+  ASSERT_EQ(tidepool_default_tag(buffer, sizeof(buffer), &length), TIDEPOOL_SUCCESS);
+  EXPECT_STREQ(buffer, "train");
+  void* from_thread = nullptr;
+  // A thread the program does not run (PyTorch's autograd thread, say) allocates in the default tag.
+  std::thread([&] { from_thread = allocate_in(nullptr, 2 * MiB); }).join();
+  EXPECT_TRUE(tag_pool("train", 0).owns(from_thread));
+  // A thread's own tag wins over it.
+  void* own = allocate_in("other", MiB);
+  EXPECT_TRUE(tag_pool("other", 0).owns(own));
+  ASSERT_EQ(tidepool_set_default_tag(nullptr), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_default_tag(buffer, sizeof(buffer), &length), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(length, 0u);
+  void* plain = allocate_in(nullptr, MiB);
+  EXPECT_TRUE(device_pool(0).owns(plain));
+  EXPECT_EQ(tidepool_set_default_tag(std::string(70, 'y').c_str()), TIDEPOOL_INVALID_ARGUMENT);
+  for (void* p : {from_thread, own, plain}) EXPECT_EQ(tidepool_deallocate(p, TIDEPOOL_ANY_DEVICE, nullptr), TIDEPOOL_SUCCESS);
+}
+
 TEST_F(CApiTagsSim, TorchEntryPointsCarryTheTag) {
   host_backed();
   // The plain entry point follows the thread's tag.

@@ -20,6 +20,8 @@ def test_training_with_sleep_between_steps_is_bit_identical():
     assert slept["losses"] == routed["losses"]
     assert slept["weights"] == routed["weights"] == default["weights"]
     assert slept["same_addresses"]
+    # Weights, gradients (made on PyTorch's autograd thread) and AdamW's two moments: all in the tag.
+    assert slept["train_tag_live"] >= 4 * slept["parameters"], slept
     assert len(slept["sleeps"]) == 8
     for s in slept["sleeps"]:
         assert s["returned"] > 0

@@ -1,5 +1,5 @@
 """Training steps of a small transformer whose weights, gradients and AdamW state live in tag
-"train"; in mode "sleep" the tag sleeps (contents kept) and wakes between steps, while another
+"train" (the backward pass's too, through region(all_threads=True)); in mode "sleep" the tag sleeps (contents kept) and wakes between steps, while another
 engine fills the freed memory with garbage. Prints the losses, a hash of the weights and, in mode
 "sleep", NVML's figures around each sleep. Modes: "default" (PyTorch's allocator), "tidepool"
 (routed to tidepool, no sleep), "sleep"."""
@@ -44,7 +44,8 @@ class tagged:
     """tidepool.region("train") when routed to tidepool, else nothing."""
 
     def __enter__(self):
-        self.region = tidepool.region("train") if mode != "default" else None
+        # all_threads: the backward pass runs on PyTorch's autograd thread; its gradients carry the tag too.
+        self.region = tidepool.region("train", all_threads=True) if mode != "default" else None
         if self.region is not None:
             self.region.__enter__()
 
@@ -88,5 +89,6 @@ result = {"losses": losses, "weights": weights_digest(model),
           "same_addresses": addresses == [p.data_ptr() for p in model.parameters()]}
 if mode == "sleep":
     result["sleeps"] = sleeps
-    result["train_tag"] = {"live": tidepool.tag_stats("train").live_allocations}
+    result["train_tag_live"] = tidepool.tag_stats("train").live_allocations
+    result["parameters"] = len(list(model.parameters()))
 emit(result)
