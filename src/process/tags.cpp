@@ -128,11 +128,14 @@ pool& tag_pool_of(tag_entry& tag, int device) {
   }
   // The untagged pool first: it checks the device and makes the process's table (the driver).
   pool& untagged = device_pool(device);
+  // Read before the registry's lock: the process's lock is taken first where both are held
+  // (reset_process_for_testing).
+  const pool_options options = default_pool_options();
   tag_registry& r = registry();
   std::lock_guard lock(r.mutex);
   if (pool* p = tag.pools[device].load(std::memory_order_acquire)) return *p;
   auto& owner = tag.owned[static_cast<std::size_t>(device)];
-  owner = std::make_unique<pool>(untagged.get_driver(), device, default_pool_options());
+  owner = std::make_unique<pool>(untagged.get_driver(), device, options);
   tag.pools[device].store(owner.get(), std::memory_order_release);
   r.any_pool.store(true, std::memory_order_release);
   return *owner;
