@@ -16,7 +16,9 @@
 # `tidepool_compare_bench threads`: tidepool, cudaMallocAsync and PyTorch's allocator from 1-16 C++
 # threads on one GPU, and a cached allocation's latency beside another thread's 2 GiB allocation,
 # then bench/gpu/thread_scaling.py: tidepool beside PyTorch from Python threads on one and two GPUs,
-# the two-GPU rows skipped, and said so, on a machine of one).
+# the two-GPU rows skipped, and said so, on a machine of one) and
+# sleep-wake (bench/gpu/sleep_wake.py: sleep and wake of SLEEP_WAKE_GIB GiB of tensors, default
+# "1 8 32", beside doing it by hand with plain PyTorch; issue 13).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -62,4 +64,6 @@ step thread-scaling bash -c "'$build/bench/thread_scaling_bench' --benchmark_rep
   TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 \
   python3 '$root/bench/gpu/thread_scaling.py' --json '$logs/thread-scaling.json'"
 step record-traces env PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/train/record_traces.py" --out "$logs/traces"
+step sleep-wake env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
+  python3 "$root/bench/gpu/sleep_wake.py" --sizes ${SLEEP_WAKE_GIB:-1 8 32} --json "$logs/sleep-wake.json"
 exit $status

@@ -48,6 +48,7 @@ typedef enum tidepool_status {
   TIDEPOOL_UNAVAILABLE = 8,       /**< the backend (the CUDA driver) is not present */
   TIDEPOOL_OUT_OF_MEMORY = 9,     /**< nothing left after every reclaim step */
   TIDEPOOL_INTERNAL_ERROR = 10,   /**< anything else; the message says what */
+  TIDEPOOL_ASLEEP = 11,           /**< the tag's memory is asleep (allocate, sleep), or not asleep (wake) */
   TIDEPOOL_STATUS_MAX_ENUM = 0x7FFFFFFF  /**< not a status: keeps the type int-sized */
 } tidepool_status;
 
@@ -81,6 +82,7 @@ typedef struct tidepool_stats_t {
   uint64_t released_bytes;          /**< handed back to the driver so far */
   uint64_t driver_calls;            /**< driver calls that move memory, made by this pool */
   double driver_microseconds;       /**< their time (measured on cuda, modelled on sim) */
+  uint64_t asleep_bytes;            /**< handed back by sleep, mapped again by wake (0 awake) */
 } tidepool_stats_t;
 
 /** Options of the pools made from now on (tidepool::pool_options). Set struct_size to
@@ -296,6 +298,73 @@ TIDEPOOL_API tidepool_status tidepool_describe(int device, tidepool_memory_summa
 /** Calls on_event for the latest events of `device` (oldest first; at most 100,000 per device)
  *  of the latest recording; none when nothing was recorded. */
 TIDEPOOL_API tidepool_status tidepool_recent_events(int device, tidepool_event_fn on_event, void* user_data);
+
+/* --- Tags, sleep and wake (issue 13) ---
+ * A tag names memory that sleeps and wakes together; each tag has pools of its own (its own
+ * addresses and cache: one tag's freed memory is never another's). While a thread has a tag
+ * pushed, its allocations through tidepool_allocate, tidepool_torch_alloc and tidepool_cupy_malloc
+ * come from that tag's pool; frees find the owner by address.
+ *
+ *   tidepool_push_tag("weights"); load(); tidepool_pop_tag();
+ *   size_t back; tidepool_sleep("weights", TIDEPOOL_KEEP_CONTENTS, &back);
+ *   ... the other engine runs ...
+ *   tidepool_wake("weights");   same addresses, same bytes
+ *
+ * While asleep, allocating in the tag fails with TIDEPOOL_ASLEEP, freeing works, and the GPU
+ * must not touch the memory (on CUDA an illegal address fault, which ends the context). */
+typedef enum tidepool_sleep_keep {
+  TIDEPOOL_KEEP_CONTENTS = 0, /**< copied to pinned host memory, restored by tidepool_wake */
+  TIDEPOOL_KEEP_NOTHING = 1,  /**< dropped: after waking the memory holds whatever it holds */
+  TIDEPOOL_SLEEP_KEEP_MAX_ENUM = 0x7FFFFFFF
+} tidepool_sleep_keep;
+
+/** Makes `tag` (1-64 printable characters) the calling thread's current tag; tags nest. */
+TIDEPOOL_API tidepool_status tidepool_push_tag(const char* tag);
+/** Drops the calling thread's current tag (TIDEPOOL_INVALID_ARGUMENT when none is pushed). */
+TIDEPOOL_API tidepool_status tidepool_pop_tag(void);
+/** Sets the tag of allocations made on threads with no tag pushed (NULL or "": none): for threads
+ *  the program does not run, such as PyTorch's autograd threads (the backward pass). */
+TIDEPOOL_API tidepool_status tidepool_set_default_tag(const char* tag);
+/** The default tag ("" when none), as tidepool_recording_path returns text. */
+TIDEPOOL_API tidepool_status tidepool_default_tag(char* buffer, size_t capacity, size_t* length);
+/** The calling thread's current tag, else the default tag ("" when none), as
+ *  tidepool_recording_path returns text. */
+TIDEPOOL_API tidepool_status tidepool_current_tag(char* buffer, size_t capacity, size_t* length);
+/** The index of `tag` (made if new): tidepool_torch_alloc_tag<index> allocates from it. */
+TIDEPOOL_API tidepool_status tidepool_tag_id(const char* tag, int* id);
+/** Puts `tag` to sleep on every device where it has memory: waits for the work queued on the
+ *  streams its memory was used on, copies live memory to pinned host memory if asked, hands
+ *  every physical handle back; addresses stay reserved. *bytes (may be NULL): bytes handed back.
+ *  TIDEPOOL_INVALID_ARGUMENT for a tag never used, TIDEPOOL_ASLEEP when asleep already. */
+TIDEPOOL_API tidepool_status tidepool_sleep(const char* tag, tidepool_sleep_keep keep, size_t* bytes);
+/** Maps memory again under `tag`'s addresses and restores its contents. TIDEPOOL_OUT_OF_MEMORY
+ *  when the device has no room (after asking every cache): the tag stays asleep, contents kept,
+ *  and tidepool_wake may be tried again. TIDEPOOL_ASLEEP when the tag is not asleep. */
+TIDEPOOL_API tidepool_status tidepool_wake(const char* tag);
+/** *asleep: 1 when `tag` is asleep, else 0. */
+TIDEPOOL_API tidepool_status tidepool_tag_asleep(const char* tag, int* asleep);
+/** The figures of `tag`'s pool of `device` (all zero where it has none), as tidepool_stats. */
+TIDEPOOL_API tidepool_status tidepool_tag_stats(const char* tag, int device, tidepool_stats_t* stats);
+/** PyTorch CUDAPluggableAllocator alloc functions of tag slots 0-15 (tidepool_tag_id), for a
+ *  torch.cuda.MemPool whose memory carries a tag whatever thread allocates; as tidepool_torch_alloc
+ *  otherwise (free with tidepool_torch_free). */
+#define TIDEPOOL_TORCH_TAG_SLOTS 16
+TIDEPOOL_API void* tidepool_torch_alloc_tag0(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag1(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag2(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag3(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag4(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag5(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag6(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag7(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag8(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag9(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag10(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag11(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag12(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag13(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag14(size_t size, int device, tidepool_stream_t stream);
+TIDEPOOL_API void* tidepool_torch_alloc_tag15(size_t size, int device, tidepool_stream_t stream);
 
 #ifdef __cplusplus
 }

@@ -70,6 +70,10 @@ enum class driver_call : std::uint8_t {
   stream_synchronize, ///< cuStreamSynchronize
   device_synchronize, ///< cuCtxSynchronize on the device's primary context
   async_pool_trim,    ///< cuMemPoolTrimTo on the stream-ordered pools
+  host_alloc,         ///< cuMemHostAlloc (pinned host memory: sleep's copy of a tag's contents)
+  host_free,          ///< cuMemFreeHost
+  copy_to_host,       ///< cuMemcpyDtoHAsync
+  copy_to_device,     ///< cuMemcpyHtoDAsync
   count_              ///< number of kinds, not a call
 };
 inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver_call::count_);
@@ -189,6 +193,43 @@ class TIDEPOOL_API driver {
   /// Trims the CUDA stream-ordered (cudaMallocAsync) pools of `device`, the default pool and the
   /// current one, to zero. Returns the bytes handed back where the driver tells, else 0.
   virtual std::size_t trim_async_pools(int device) = 0;
+
+  // Host copies (sleep and wake keep a tag's contents in pinned host memory). Not every driver
+  // has them: the defaults say not_supported.
+  /// Allocates `bytes` of page-locked host memory into `*out`.
+  virtual driver_status host_alloc(int device, std::size_t bytes, void** out) {
+    (void)device;
+    (void)bytes;
+    (void)out;
+    return driver_status::not_supported;
+  }
+  /// Frees host memory from host_alloc.
+  virtual driver_status host_free(int device, void* host) {
+    (void)device;
+    (void)host;
+    return driver_status::not_supported;
+  }
+  /// Queues a copy of `bytes` from device memory at `source` to host memory on `stream`; done
+  /// once the stream's work before a later synchronization is.
+  virtual driver_status copy_to_host(int device, void* destination, device_address source, std::size_t bytes,
+                                     stream_t stream) {
+    (void)device;
+    (void)destination;
+    (void)source;
+    (void)bytes;
+    (void)stream;
+    return driver_status::not_supported;
+  }
+  /// Queues a copy of `bytes` from host memory to device memory at `destination` on `stream`.
+  virtual driver_status copy_to_device(int device, device_address destination, const void* source,
+                                       std::size_t bytes, stream_t stream) {
+    (void)device;
+    (void)destination;
+    (void)source;
+    (void)bytes;
+    (void)stream;
+    return driver_status::not_supported;
+  }
 
   /// Calls made so far through this driver, by every user of it.
   [[nodiscard]] virtual driver_call_counts call_counts() const = 0;

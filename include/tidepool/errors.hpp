@@ -25,6 +25,7 @@ enum class error_code {
   invalid_argument, ///< any other bad argument (options, hooks, trace input)
   driver_failure,   ///< the driver failed in a way that is not out of memory
   unavailable,      ///< the requested backend (e.g. the CUDA driver) is not present
+  asleep,           ///< the pool (a tag's memory) is asleep (pool::sleep), or not asleep for wake
 };
 
 /// Base of tidepool's exceptions other than out_of_memory.

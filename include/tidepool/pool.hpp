@@ -33,6 +33,12 @@ enum class lifetime : std::uint8_t {
   persistent,  ///< lives long (weights, kept results, caches)
 };
 
+/// What pool::sleep keeps of the live allocations' contents.
+enum class sleep_keep : std::uint8_t {
+  contents,  ///< copied to pinned host memory and restored by wake()
+  nothing,   ///< dropped: after wake() the allocations hold whatever the new memory holds
+};
+
 /// When free physical memory goes back to the driver. It always goes back on release() and
 /// under memory pressure (the out-of-memory path); these add automatic release.
 struct release_policy {
@@ -92,6 +98,9 @@ struct pool_stats {
   std::uint64_t deallocations = 0;
   std::uint64_t out_of_memory_recoveries = 0; ///< allocations saved by the out-of-memory path
   std::size_t released_bytes = 0;         ///< total handed back to the driver so far
+  /// Physical memory handed back by sleep() that wake() maps again (0 while awake). In use +
+  /// cached = mapped + asleep always.
+  std::size_t asleep_bytes = 0;
   driver_call_counts driver{};            ///< calls this pool made
 
   /// Memory held but not in use (mapped minus in use).
@@ -190,6 +199,29 @@ class TIDEPOOL_API pool {
   /// Hands every free physical handle back to the driver (waiting for pending frees first).
   /// Returns the bytes handed back.
   std::size_t release();
+  /// Puts the pool to sleep: waits for the work queued on the streams its allocations were made
+  /// or recorded on (an event on each; a device-wide wait where one of them cannot be named: a
+  /// forgotten stream, another thread's per-thread stream, a pending record_stream free), copies
+  /// every live allocation's bytes to pinned host memory when `keep` is contents, then unmaps and
+  /// releases every physical handle, cached ones too. Address ranges and allocations stay: the
+  /// pointers remain the program's, and wake() brings memory back under them. Returns the bytes
+  /// handed back to the driver (exact, as release()). While asleep, allocate() throws
+  /// tidepool::error (asleep); deallocate() works (the memory under the freed block comes back with
+  /// wake() as cache); release() returns 0; touching the memory on the GPU is an illegal address.
+  /// Throws tidepool::error: asleep when already asleep, unavailable without the virtual memory
+  /// API, driver_failure when a copy or the driver fails (the pool then stays awake when it could
+  /// put back what it had done, else asleep for what slept; wake() then restores it). An
+  /// allocation another thread has in progress when sleep begins must end first: ordering them
+  /// is the program's (as for using memory on a stream the pool never saw).
+  std::size_t sleep(sleep_keep keep = sleep_keep::contents);
+  /// Wakes a sleeping pool: new handles mapped at the same addresses, the contents copied back (if
+  /// kept), so pointers, and CUDA graphs captured over them, stay valid. Throws
+  /// tidepool::out_of_memory when the device has no room (then nothing is mapped, the pool stays
+  /// asleep with its contents, and wake() may be tried again), tidepool::error (asleep) when not
+  /// asleep, driver_failure when the driver fails otherwise (also left asleep).
+  void wake();
+  /// Whether the pool is asleep.
+  [[nodiscard]] bool asleep() const;
   /// Size of the live allocation at `ptr` as requested; throws tidepool::error if not live.
   [[nodiscard]] std::size_t allocation_size(const void* ptr) const;
   /// Whether `ptr` is a live allocation of this pool.

@@ -38,6 +38,58 @@ TIDEPOOL_API std::size_t release_cached_memory();
 /// driver reports free, less headroom and byte cap.
 [[nodiscard]] TIDEPOOL_API std::size_t available_bytes(int device);
 
+// --- Tags: sleep and wake (issue 13) ---
+// A tag names memory that goes to sleep and wakes together (weights, optimizer state, a KV cache).
+// Each tag has a pool of its own per device (its own address ranges, cache and handles), so one
+// tag's freed memory is never reused by another. Allocations made through the process layer (C
+// API, Python, the framework entry points) while a thread has a tag pushed come from that tag's
+// pool; frees find the pool that owns the pointer. Tag pools use the default pool options, each
+// on its own (a byte cap applies per pool). At most 64 tags per process.
+
+/// Makes `name` the calling thread's current tag until the matching pop_tag() (tags nest).
+/// Throws tidepool::error for an empty or over-long name.
+TIDEPOOL_API void push_tag(const std::string& name);
+/// Drops the calling thread's current tag; throws tidepool::error when none was pushed.
+TIDEPOOL_API void pop_tag();
+/// The tag of allocations made on threads with no tag pushed ("" for none, the default): for
+/// memory allocated on threads the program does not run, such as PyTorch's autograd threads,
+/// which run the backward pass (gradients). Returns the default tag it replaces.
+TIDEPOOL_API std::string set_default_tag(const std::string& name);
+/// The default tag, "" when none.
+[[nodiscard]] TIDEPOOL_API std::string default_tag();
+/// The calling thread's current tag (else the default tag), "" when none.
+[[nodiscard]] TIDEPOOL_API std::string current_tag();
+/// The pool the calling thread allocates from on `device`: the current tag's, else device_pool().
+[[nodiscard]] TIDEPOOL_API pool& current_pool(int device);
+/// Tag `name`'s pool of `device`, made on first use.
+[[nodiscard]] TIDEPOOL_API pool& tag_pool(const std::string& name, int device);
+/// The tags named so far, in order of first use.
+[[nodiscard]] TIDEPOOL_API std::vector<std::string> tags();
+/// Puts tag `name` to sleep on every device where it has a pool (pool::sleep): returns the bytes
+/// handed back. All devices or none: if one fails, those already asleep are woken and the error
+/// is rethrown. Throws tidepool::error (invalid_argument) for a tag never used, asleep when it is
+/// asleep already.
+TIDEPOOL_API std::size_t sleep_tag(const std::string& name, sleep_keep keep = sleep_keep::contents);
+/// Wakes tag `name` on every device where it sleeps (pool::wake). When a device is full, the
+/// other pools' caches there, the CUDA async pools and the reclaim hooks are asked first, then it
+/// is tried once more; on failure (tidepool::out_of_memory, or an error) the devices woken by this
+/// call go back to sleep, so the tag stays asleep with its contents. Throws tidepool::error
+/// (asleep) when the tag is not asleep.
+TIDEPOOL_API void wake_tag(const std::string& name);
+/// Whether tag `name` is asleep (on any device). Throws for a tag never used.
+[[nodiscard]] TIDEPOOL_API bool tag_asleep(const std::string& name);
+
+/// Allocations made by this thread through the process layer while it lives carry tag `name`:
+///   { tidepool::scoped_tag weights("weights"); load_weights(); }
+///   tidepool::sleep_tag("weights");
+class scoped_tag {
+ public:
+  explicit scoped_tag(const std::string& name) { push_tag(name); }
+  ~scoped_tag() { pop_tag(); }
+  scoped_tag(const scoped_tag&) = delete;
+  scoped_tag& operator=(const scoped_tag&) = delete;
+};
+
 /// How this process shares GPUs with the user's other tidepool processes (issue 14). Each GPU
 /// with a pool has a ledger in shared memory (/dev/shm, or $TIDEPOOL_LEDGER_DIR); before an
 /// allocation fails, the process asks the others on that GPU to hand back cached memory, and a

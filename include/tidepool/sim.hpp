@@ -91,6 +91,12 @@ class TIDEPOOL_API sim_driver final : public driver {
   driver_status stream_synchronize(int device, stream_t stream) override;
   driver_status device_synchronize(int device) override;
   std::size_t trim_async_pools(int device) override;
+  driver_status host_alloc(int device, std::size_t bytes, void** out) override;
+  driver_status host_free(int device, void* host) override;
+  driver_status copy_to_host(int device, void* destination, device_address source, std::size_t bytes,
+                             stream_t stream) override;
+  driver_status copy_to_device(int device, device_address destination, const void* source, std::size_t bytes,
+                               stream_t stream) override;
   [[nodiscard]] driver_call_counts call_counts() const override;
   [[nodiscard]] double modelled_cost_us(driver_call call, std::size_t bytes) const override;
 
@@ -123,6 +129,9 @@ class TIDEPOOL_API sim_driver final : public driver {
   // --- checks ---
   /// Times mem_unmap or mem_release hit a range that queued, unfinished work touches.
   [[nodiscard]] std::uint64_t unsafe_unmap_count() const;
+  /// Times launch() or a host copy named device memory that was not wholly mapped, such as a
+  /// sleeping tag's (on a GPU: an illegal address fault that ends the context).
+  [[nodiscard]] std::uint64_t unmapped_access_count() const;
   /// Physical bytes this process holds on `device` (handles, plain allocations, async pool, context).
   [[nodiscard]] std::size_t physical_bytes(int device) const;
   /// Bytes currently mapped on `device`.

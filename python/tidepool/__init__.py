@@ -14,7 +14,7 @@ loader's search path.
 from . import _frameworks  # noqa: F401  (registers the framework-cache reclaim hook on load)
 from ._allocate import (ANY_DEVICE, allocate, deallocate, device_count, forget_stream,
                         get_current_stream, has_context, record_stream, release, set_current_stream)
-from ._errors import InvalidArgumentError, LibraryNotFoundError, OutOfMemoryError, TidepoolError
+from ._errors import AsleepError, InvalidArgumentError, LibraryNotFoundError, OutOfMemoryError, TidepoolError
 from ._hooks import add_reclaim_hook, remove_reclaim_hook
 from ._library import load as _load
 from ._library import path as library_path
@@ -24,9 +24,10 @@ from ._options import get_pool_options, set_pool_options
 from ._release import release_cached_memory
 from ._sharing import get_sharing_options, set_sharing_options
 from ._stats import MemorySummary, Stats, available_bytes, memory_summary, stats, summary
+from ._tags import current_tag, is_asleep, region, sleep, tag_stats, wake
 
 __all__ = [
-    "ANY_DEVICE", "InvalidArgumentError", "LibraryNotFoundError", "MemorySummary", "OutOfMemoryError",
+    "ANY_DEVICE", "AsleepError", "InvalidArgumentError", "LibraryNotFoundError", "MemorySummary", "OutOfMemoryError",
     "Stats",
     "TidepoolError",
     "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "describe", "device_count",
@@ -35,6 +36,7 @@ __all__ = [
     "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook",
     "set_current_stream", "set_pool_options", "set_sharing_options", "stats", "stop_recording", "summary",
     "version",
+    "current_tag", "is_asleep", "region", "sleep", "tag_stats", "wake",
 ]
 
 

@@ -11,6 +11,7 @@ DRIVER_FAILURE = 7
 UNAVAILABLE = 8
 OUT_OF_MEMORY = 9
 INTERNAL_ERROR = 10
+ASLEEP = 11
 
 STATUS_NAMES = {
     SUCCESS: "TIDEPOOL_SUCCESS",
@@ -24,6 +25,7 @@ STATUS_NAMES = {
     UNAVAILABLE: "TIDEPOOL_UNAVAILABLE",
     OUT_OF_MEMORY: "TIDEPOOL_OUT_OF_MEMORY",
     INTERNAL_ERROR: "TIDEPOOL_INTERNAL_ERROR",
+    ASLEEP: "TIDEPOOL_ASLEEP",
 }
 
 
@@ -44,6 +46,10 @@ class InvalidArgumentError(TidepoolError, ValueError):
     """A value the library refuses: a bad option, a negative byte count, options set too late."""
 
 
+class AsleepError(TidepoolError):
+    """A tag's memory is asleep (allocating in it, sleeping it again), or not asleep (waking it)."""
+
+
 class LibraryNotFoundError(TidepoolError, OSError):
     """libtidepool.so could not be found or loaded."""
 
@@ -57,4 +63,6 @@ def error_for(status, message):
         return OutOfMemoryError(status, message)
     if status == INVALID_ARGUMENT:
         return InvalidArgumentError(status, message)
+    if status == ASLEEP:
+        return AsleepError(status, message)
     return TidepoolError(status, message)

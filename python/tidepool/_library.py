@@ -44,6 +44,7 @@ class CStats(ctypes.Structure):
         ("released_bytes", ctypes.c_uint64),
         ("driver_calls", ctypes.c_uint64),
         ("driver_microseconds", ctypes.c_double),
+        ("asleep_bytes", ctypes.c_uint64),
     ]
 
 
@@ -163,6 +164,16 @@ _PROTOTYPES = {
     "tidepool_describe": (_status, [ctypes.c_int, ctypes.POINTER(CMemorySummary), BLOCK_FN, HANDLE_FN,
                                     ctypes.c_void_p]),
     "tidepool_recent_events": (_status, [ctypes.c_int, EVENT_FN, ctypes.c_void_p]),
+    "tidepool_push_tag": (_status, [ctypes.c_char_p]),
+    "tidepool_pop_tag": (_status, []),
+    "tidepool_set_default_tag": (_status, [ctypes.c_char_p]),
+    "tidepool_default_tag": (_status, [ctypes.c_char_p, ctypes.c_size_t, _size_p]),
+    "tidepool_current_tag": (_status, [ctypes.c_char_p, ctypes.c_size_t, _size_p]),
+    "tidepool_tag_id": (_status, [ctypes.c_char_p, _int_p]),
+    "tidepool_sleep": (_status, [ctypes.c_char_p, ctypes.c_int, _size_p]),
+    "tidepool_wake": (_status, [ctypes.c_char_p]),
+    "tidepool_tag_asleep": (_status, [ctypes.c_char_p, _int_p]),
+    "tidepool_tag_stats": (_status, [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(CStats)]),
 }
 
 _lock = threading.RLock()

@@ -28,6 +28,7 @@ class Stats:
     released_bytes: int
     driver_calls: int
     driver_microseconds: float
+    asleep_bytes: int = 0
 
 
 def stats(device=0):

@@ -22,6 +22,21 @@ which is true for both kinds:
         if not tidepool.torch.is_out_of_memory(error):
             raise
         ...   # smaller batch
+
+Tags (sleep and wake). With use(), tensors made inside `with tidepool.region("weights"):` come
+from that tag's memory; tidepool.sleep("weights") hands it back and tidepool.wake("weights") brings
+it back at the same addresses. A program that keeps PyTorch's own allocator elsewhere (as vLLM
+does) uses a MemPool over one tag instead:
+
+    pool = tidepool.torch.mem_pool("kv-cache")
+    with torch.cuda.use_mem_pool(pool):
+        cache = torch.empty(...)          # a segment of the tag's memory, whatever thread runs
+    tidepool.sleep("kv-cache")
+
+PyTorch's pluggable allocator passes no tag to its alloc function, so each tag has an entry point
+of its own (tidepool_torch_alloc_tag<N>): at most 16 tags can have a MemPool in one process.
+PyTorch's caching allocator keeps the MemPool's segments (its own cache) inside the tag's memory,
+so they sleep and wake with it.
 """
 
 from . import _errors, _frameworks, _library
@@ -29,6 +44,8 @@ from . import _errors, _frameworks, _library
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
 OUT_OF_MEMORY_MESSAGE = "CUDA out of memory."
+# Tags with a PyTorch entry point of their own (TIDEPOOL_TORCH_TAG_SLOTS in c_api.h).
+TAG_SLOTS = 16
 
 
 def use():
@@ -49,6 +66,24 @@ def use():
             "tidepool.torch.use() must run before PyTorch's first CUDA allocation "
             f"(PyTorch says: {error})") from error
     _frameworks.routed["torch"] = True
+
+
+def mem_pool(tag):
+    """A torch.cuda.MemPool whose segments are tag `tag`'s memory, for torch.cuda.use_mem_pool.
+    Works whether or not use() routed PyTorch's default allocations to tidepool."""
+    import torch
+
+    from . import _tags
+
+    slot = _tags.tag_id(tag)
+    if slot >= TAG_SLOTS:
+        raise _errors.TidepoolError(
+            _errors.INVALID_ARGUMENT,
+            f"tag {tag!r} is the process's tag number {slot}; only the first {TAG_SLOTS} tags can have a "
+            "MemPool (one PyTorch entry point each)")
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(_library.path(), f"tidepool_torch_alloc_tag{slot}",
+                                                         "tidepool_torch_free")
+    return torch.cuda.MemPool(allocator.allocator())
 
 
 def is_used():

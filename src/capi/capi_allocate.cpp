@@ -34,7 +34,7 @@ tidepool_status tidepool_allocate(size_t size, int device, tidepool_stream_t str
   return guarded([&] {
     if (out == nullptr) throw_null_argument("tidepool_allocate", "out");
     *out = nullptr;
-    *out = tidepool::device_pool(device).allocate(size, stream, to_lifetime(hint));
+    *out = tidepool::current_pool(device).allocate(size, stream, to_lifetime(hint));
   });
 }
 

@@ -38,6 +38,7 @@ tidepool_status to_status(error_code code) noexcept {
     case error_code::invalid_argument: return TIDEPOOL_INVALID_ARGUMENT;
     case error_code::driver_failure: return TIDEPOOL_DRIVER_FAILURE;
     case error_code::unavailable: return TIDEPOOL_UNAVAILABLE;
+    case error_code::asleep: return TIDEPOOL_ASLEEP;
   }
   return TIDEPOOL_INTERNAL_ERROR;
 }
@@ -75,6 +76,7 @@ const char* tidepool_status_name(tidepool_status status) {
     case TIDEPOOL_UNAVAILABLE: return "TIDEPOOL_UNAVAILABLE";
     case TIDEPOOL_OUT_OF_MEMORY: return "TIDEPOOL_OUT_OF_MEMORY";
     case TIDEPOOL_INTERNAL_ERROR: return "TIDEPOOL_INTERNAL_ERROR";
+    case TIDEPOOL_ASLEEP: return "TIDEPOOL_ASLEEP";
     case TIDEPOOL_STATUS_MAX_ENUM: break;
   }
   return "TIDEPOOL_UNKNOWN_STATUS";

@@ -21,6 +21,7 @@
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
 #include "capi/thread_streams.hpp"
+#include "process/tags.hpp"
 #include "tidepool/c_api.h"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
@@ -55,17 +56,15 @@ class torch_out_of_memory final : public out_of_memory {
 };
 
 }  // namespace
-}  // namespace tidepool::detail
 
-extern "C" {
-
-void* tidepool_torch_alloc(size_t size, int device, tidepool_stream_t stream) {
-  using namespace tidepool::detail;
+// tidepool_torch_alloc's body, with the pool `pool_for(device)`.
+template <class PoolFor>
+void* torch_alloc_from(size_t size, int device, stream_t stream, PoolFor&& pool_for) {
   // PyTorch asks for empty tensors too; a null data pointer is what it expects for them.
   if (size == 0) return nullptr;
   try {
-    return tidepool::device_pool(device).allocate(size, stream);
-  } catch (const tidepool::out_of_memory& e) {
+    return pool_for(device).allocate(size, stream);
+  } catch (const out_of_memory& e) {
     fail(TIDEPOOL_OUT_OF_MEMORY, e.what());
     throw torch_out_of_memory(e);
   } catch (...) {
@@ -74,6 +73,53 @@ void* tidepool_torch_alloc(size_t size, int device, tidepool_stream_t stream) {
     throw;
   }
 }
+
+// The pool of tag slot `slot` (the tag with that index) on `device`.
+pool& tag_slot_pool(std::size_t slot, int device) {
+  tag_entry* tag = tag_at(slot);
+  if (tag == nullptr) {
+    throw error(error_code::invalid_argument,
+                fmt::format("tidepool: no tag has index {} (make the allocator with tidepool.torch.mem_pool(tag))", slot));
+  }
+  return tag_pool_of(*tag, device);
+}
+
+}  // namespace tidepool::detail
+
+extern "C" {
+
+void* tidepool_torch_alloc(size_t size, int device, tidepool_stream_t stream) {
+  return tidepool::detail::torch_alloc_from(size, device, stream, [](int d) -> tidepool::pool& {
+    return tidepool::current_pool(d);  // the thread's tag's pool, if one is pushed
+  });
+}
+
+// One entry point per tag slot for torch.cuda.MemPool (tidepool.torch.mem_pool): PyTorch's
+// pluggable allocator passes no tag, and the MemPool's allocator may run on any thread, so the
+// tag is in the function: slot N allocates from the tag with index N (tidepool_tag_id).
+#define TIDEPOOL_TORCH_TAG_SLOT(n)                                                                \
+  void* tidepool_torch_alloc_tag##n(size_t size, int device, tidepool_stream_t stream) {           \
+    return tidepool::detail::torch_alloc_from(size, device, stream, [](int d) -> tidepool::pool& { \
+      return tidepool::detail::tag_slot_pool(n, d);                                               \
+    });                                                                                            \
+  }
+TIDEPOOL_TORCH_TAG_SLOT(0)
+TIDEPOOL_TORCH_TAG_SLOT(1)
+TIDEPOOL_TORCH_TAG_SLOT(2)
+TIDEPOOL_TORCH_TAG_SLOT(3)
+TIDEPOOL_TORCH_TAG_SLOT(4)
+TIDEPOOL_TORCH_TAG_SLOT(5)
+TIDEPOOL_TORCH_TAG_SLOT(6)
+TIDEPOOL_TORCH_TAG_SLOT(7)
+TIDEPOOL_TORCH_TAG_SLOT(8)
+TIDEPOOL_TORCH_TAG_SLOT(9)
+TIDEPOOL_TORCH_TAG_SLOT(10)
+TIDEPOOL_TORCH_TAG_SLOT(11)
+TIDEPOOL_TORCH_TAG_SLOT(12)
+TIDEPOOL_TORCH_TAG_SLOT(13)
+TIDEPOOL_TORCH_TAG_SLOT(14)
+TIDEPOOL_TORCH_TAG_SLOT(15)
+#undef TIDEPOOL_TORCH_TAG_SLOT
 
 void tidepool_torch_free(void* ptr, size_t size, int device, tidepool_stream_t stream) {
   using namespace tidepool::detail;
@@ -88,11 +134,12 @@ void* tidepool_cupy_malloc(void* param, size_t size, int device) {
   // A failure leaves its status and message for tidepool_last_status() and tidepool_last_error().
   guarded([&] {
     const tidepool::stream_t stream = current_stream(device);
-    void* allocated = tidepool::device_pool(device).allocate(size, stream);
+    tidepool::pool& from = tidepool::current_pool(device);
+    void* allocated = from.allocate(size, stream);
     try {
       remember_allocation_stream(allocated, stream);
     } catch (...) {
-      tidepool::device_pool(device).deallocate(allocated, stream);
+      from.deallocate(allocated, stream);
       throw;
     }
     ptr = allocated;

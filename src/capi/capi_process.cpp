@@ -5,6 +5,7 @@
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
 #include "process/process_state.hpp"
+#include "process/tags.hpp"
 #include "tidepool/c_api.h"
 #include "tidepool/process.hpp"
 #include "tidepool/reclaim.hpp"
@@ -30,7 +31,16 @@ tidepool_stats_t to_c_stats(const pool_stats& s) {
   c.released_bytes = s.released_bytes;
   c.driver_calls = s.driver.memory_calls();
   c.driver_microseconds = s.driver.memory_us();
+  c.asleep_bytes = s.asleep_bytes;
   return c;
+}
+
+// Copies `filled` into the caller's `stats`, no more than its struct_size says it holds.
+void copy_stats_out(const tidepool_stats_t& filled, tidepool_stats_t* stats) {
+  const auto caller_size = static_cast<std::size_t>(stats->struct_size);
+  const std::size_t bytes = std::min(caller_size, sizeof(tidepool_stats_t));
+  const std::size_t skip = sizeof(filled.struct_size);
+  std::memcpy(reinterpret_cast<char*>(stats) + skip, reinterpret_cast<const char*>(&filled) + skip, bytes - skip);
 }
 
 }  // namespace
@@ -73,6 +83,26 @@ tidepool_status tidepool_stats(int device, tidepool_stats_t* stats) {
     const std::size_t skip = sizeof(filled.struct_size);
     std::memcpy(reinterpret_cast<char*>(stats) + skip, reinterpret_cast<const char*>(&filled) + skip,
                 bytes - skip);
+  });
+}
+
+tidepool_status tidepool_tag_stats(const char* tag, int device, tidepool_stats_t* stats) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (tag == nullptr) throw_null_argument("tidepool_tag_stats", "tag");
+    if (stats == nullptr) throw_null_argument("tidepool_tag_stats", "stats");
+    if (stats->struct_size < sizeof(stats->struct_size)) {
+      throw tidepool::error(tidepool::error_code::invalid_argument,
+                            "tidepool_tag_stats: set stats->struct_size to sizeof(tidepool_stats_t)");
+    }
+    check_device_exists(device);
+    tidepool_stats_t filled{};
+    filled.struct_size = sizeof(tidepool_stats_t);
+    // A tag with no pool on the device holds nothing there; asking makes no pool.
+    if (tag_entry* t = find_tag(tag)) {
+      if (tidepool::pool* p = t->pools[device].load(std::memory_order_acquire)) filled = to_c_stats(p->stats());
+    }
+    copy_stats_out(filled, stats);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "process/process_state.hpp"
+#include "process/tags.hpp"
 #include "tidepool/c_api.h"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
@@ -23,7 +24,9 @@ namespace {
 // once no pool holds `ptr` live, so it costs nothing on the way of a good free. allocation_size()
 // changes nothing; its error code says what the address is to that pool.
 int device_where_freed(const void* ptr) {
-  for (pool* p : existing_pools()) {
+  std::vector<pool*> pools = existing_pools();
+  for (pool* p : tag_pools(-1)) pools.push_back(p);
+  for (pool* p : pools) {
     if (p == nullptr) continue;
     try {
       (void)p->allocation_size(ptr);
@@ -51,6 +54,8 @@ pool& pool_holding(const void* ptr, int device, const char* operation) {
     throw error(error_code::invalid_pointer,
                 fmt::format("pointer {} was not allocated by tidepool on any device", ptr));
   }
+  // A tag's pool holds it (once any tag has a pool): tags.hpp.
+  if (pool* tagged = tag_pool_owning(ptr, device)) return *tagged;
   if (pool* p = find_pool(device)) return *p;
   check_device_exists(device);
   throw error(error_code::invalid_pointer,
@@ -66,6 +71,10 @@ void deallocate_on(void* ptr, int device, stream_t stream) {
   } catch (const error& e) {
     // The pool says "not allocated now (already freed?)": say it as the C API's callers expect.
     if (e.code() == error_code::double_free) throw_double_free("deallocate", ptr, p.device());
+    // Not the untagged pool's: freed already in a tag's pool is a double free too.
+    if (e.code() == error_code::invalid_pointer && tags_have_pools()) {
+      if (const int freed_on = device_where_freed(ptr); freed_on >= 0) throw_double_free("deallocate", ptr, freed_on);
+    }
     throw;
   }
 }

@@ -100,6 +100,26 @@ class driver_calls {
   driver_status device_synchronize() {
     return counted(driver_call::device_synchronize, 0, [&] { return driver_.device_synchronize(device_); });
   }
+  driver_status stream_create(stream_t* out) {
+    return counted(driver_call::stream_create, 0, [&] { return driver_.stream_create(device_, out); });
+  }
+  driver_status stream_destroy(stream_t stream) {
+    return counted(driver_call::stream_destroy, 0, [&] { return driver_.stream_destroy(device_, stream); });
+  }
+  driver_status host_alloc(std::size_t bytes, void** out) {
+    return counted(driver_call::host_alloc, bytes, [&] { return driver_.host_alloc(device_, bytes, out); });
+  }
+  driver_status host_free(void* host, std::size_t bytes) {
+    return counted(driver_call::host_free, bytes, [&] { return driver_.host_free(device_, host); });
+  }
+  driver_status copy_to_host(void* destination, device_address source, std::size_t bytes, stream_t stream) {
+    return counted(driver_call::copy_to_host, bytes,
+                   [&] { return driver_.copy_to_host(device_, destination, source, bytes, stream); });
+  }
+  driver_status copy_to_device(device_address destination, const void* source, std::size_t bytes, stream_t stream) {
+    return counted(driver_call::copy_to_device, bytes,
+                   [&] { return driver_.copy_to_device(device_, destination, source, bytes, stream); });
+  }
   std::size_t trim_async_pools() {
     return counted(driver_call::async_pool_trim, 0, [&] { return driver_.trim_async_pools(device_); });
   }

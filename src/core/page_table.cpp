@@ -119,4 +119,60 @@ std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles) c
   return std::min(bytes, max_large_handle_granules * granularity_);
 }
 
+// --- sleep and wake (pool::sleep, sleep_wake.cpp) ---
+
+std::vector<std::uint32_t> page_table::mapped_ids() const {
+  std::vector<std::uint32_t> ids;
+  for (std::uint32_t id = 0; id < handles_.size(); ++id) {
+    if (handles_[id].size != 0 && handles_[id].at != 0) ids.push_back(id);
+  }
+  return ids;
+}
+
+driver_status page_table::sleep_handle(std::uint32_t id, bool& remapped) {
+  remapped = true;
+  handle_record& h = handles_[id];
+  driver_status status = calls_.mem_unmap(h.at, h.size);
+  if (status != driver_status::success) return status;
+  status = calls_.mem_release(h.handle, h.size);
+  if (status != driver_status::success) {
+    // Still held: mapped back where it was, so the caller can leave the pool as it found it.
+    remapped = calls_.mem_map(h.at, h.size, h.handle) == driver_status::success;
+    for (int peer : peers_) {
+      if (remapped) remapped = calls_.mem_set_access(h.at, h.size, peer) == driver_status::success;
+    }
+    return status;
+  }
+  remove_held(h.size);
+  h.handle = 0;
+  return driver_status::success;
+}
+
+driver_status page_table::wake_handle(std::uint32_t id) {
+  handle_record& h = handles_[id];
+  physical_handle handle = 0;
+  driver_status status = calls_.mem_create(h.size, &handle);
+  if (status != driver_status::success) return status;
+  status = calls_.mem_map(h.at, h.size, handle);
+  for (std::size_t i = 0; status == driver_status::success && i < peers_.size(); ++i) {
+    status = calls_.mem_set_access(h.at, h.size, peers_[i]);
+    if (status != driver_status::success) (void)calls_.mem_unmap(h.at, h.size);
+  }
+  if (status != driver_status::success) {
+    (void)calls_.mem_release(handle, h.size);
+    return status;
+  }
+  h.handle = handle;
+  add_held(h.size);
+  return driver_status::success;
+}
+
+void page_table::forget_slept(std::uint32_t id) noexcept {
+  handle_record& h = handles_[id];
+  const std::size_t first = (h.at - h.range->base) / granularity_;
+  std::fill_n(h.range->page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, no_handle);
+  h = handle_record{};
+  free_ids_.push_back(id);
+}
+
 }  // namespace tidepool::detail

@@ -93,6 +93,27 @@ class page_table {
     }
   }
 
+  // --- sleep and wake (pool::sleep, src/core/sleep_wake.cpp) ---
+  // A slept handle keeps its record (size, address, range, the granules it backs) with its driver
+  // handle 0 (no driver hands out 0), so every structure above the page table stays as it was and
+  // wake_handle() makes it again in place. for_each_mapped still visits it: callers that show
+  // what is mapped skip records whose handle is 0.
+
+  /// Ids of every mapped handle (slept ones too), in id order.
+  [[nodiscard]] std::vector<std::uint32_t> mapped_ids() const;
+  /// Unmaps mapped handle `id` and releases its memory, keeping the record. The caller knows no
+  /// queued work uses it. On failure nothing changed (or, when the release failed after the unmap,
+  /// the handle is mapped again where it was; `remapped` false if even that failed).
+  driver_status sleep_handle(std::uint32_t id, bool& remapped);
+  /// Creates a handle of slept `id`'s size and maps it where it was (with the peers' access).
+  /// On failure nothing changed.
+  driver_status wake_handle(std::uint32_t id);
+  /// Whether handle `id` is asleep.
+  [[nodiscard]] bool asleep(std::uint32_t id) const noexcept { return handles_[id].size != 0 && handles_[id].handle == 0; }
+  /// Forgets slept handle `id` with no driver call (its memory went back when it slept): its
+  /// granules back nothing any more and its id is free.
+  void forget_slept(std::uint32_t id) noexcept;
+
  private:
   driver_calls& calls_;
   std::size_t granularity_;

@@ -50,9 +50,11 @@ pool_description pool_impl::describe() {
       d.blocks.push_back(bd);
     });
     d.largest_free_block = std::max(d.largest_free_block, a.largest_free_block());
-    d.releasable_bytes += a.whole_free_handle_bytes();
+    if (!asleep_) d.releasable_bytes += a.whole_free_handle_bytes();  // asleep, release() hands back nothing
   }
-  pages_.for_each_mapped([&](const page_table::handle_record& h) { d.handles.push_back({h.at, h.size}); });
+  pages_.for_each_mapped([&](const page_table::handle_record& h) {
+    if (h.handle != 0) d.handles.push_back({h.at, h.size});  // 0: asleep (page_table::sleep_handle)
+  });
   std::sort(d.handles.begin(), d.handles.end(),
             [](const handle_description& x, const handle_description& y) { return x.address < y.address; });
   return d;

@@ -89,6 +89,7 @@ pool_impl::~pool_impl() {
     // The device could not be waited for; unmapping below is still the only way to give the
     // memory back, so go on.
   }
+  forget_sleep();  // slept handles hold nothing: the tear-down must not unmap or release them
   for (auto& a : arenas_) a->tear_down();
   std::size_t last_try = 0;
   (void)pages_.retry_unreleased(last_try);  // a last try for every failed release; nothing else holds them
@@ -246,7 +247,8 @@ pool_stats pool_impl::stats_locked() {
   s.in_use_bytes = in_use_;
   s.requested_bytes = requested_;
   s.mapped_bytes = pages_.held_bytes();
-  s.cached_bytes = s.mapped_bytes - in_use_;
+  s.asleep_bytes = asleep_bytes_;
+  s.cached_bytes = s.mapped_bytes + asleep_bytes_ - in_use_;
   for (const auto& a : arenas_) s.reserved_address_bytes += a->reserved_bytes();
   s.peak_in_use_bytes = peak_in_use_;
   s.peak_requested_bytes = peak_requested_;

@@ -13,6 +13,7 @@
 //   growth.cpp           mapping stolen or new handles under a request that the cache cannot serve
 //   release_policy.cpp   events that make frees safe for every stream, release, automatic release
 //   out_of_memory_path.cpp  reclaiming everywhere before giving up, and the report
+//   sleep_wake.cpp       handing every handle back while keeping addresses, and taking them again
 #pragma once
 
 #include <algorithm>
@@ -50,6 +51,7 @@ class pool_impl {
     const std::size_t size = round_up(bytes, block_alignment);
     arena& where = arena_for(size, hint);
     std::lock_guard guard(lock_);
+    if (asleep_) [[unlikely]] throw_asleep(bytes);
     stream_state* s = streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
     // The stream is alive while the program allocates on it: the moment to cover its frees.
@@ -136,6 +138,11 @@ class pool_impl {
   // pool_describe.cpp
   [[nodiscard]] pool_description describe();
 
+  // sleep_wake.cpp (see tidepool::pool::sleep)
+  std::size_t sleep(sleep_keep keep);
+  void wake();
+  [[nodiscard]] bool asleep();
+
   // pool_recording.cpp (see tidepool::pool::start_recording)
   void start_recording(std::size_t notify_at, recording_full_fn on_full, void* context);
   void take_recorded(std::vector<recorded_event>& out);
@@ -171,6 +178,19 @@ class pool_impl {
   void free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence);
   /// The figures, under the lock.
   [[nodiscard]] pool_stats stats_locked();
+
+  // sleep_wake.cpp
+  [[noreturn]] void throw_asleep(std::size_t bytes) const;
+  /// Waits for the work queued on every stream that may use the pool's memory (sleep).
+  void wait_for_streams_in_use();
+  /// Sleeps the first `count` of sleep_ids_ again after a failed wake (their contents are still in
+  /// the host copy); false if one could not be.
+  bool undo_wake(std::size_t count);
+  /// Copies every kept block between the device and the host copy, on a stream of the pool's
+  /// own, and waits for the copies.
+  driver_status copy_kept(bool to_host);
+  /// Drops the sleep state with no driver call but freeing the host copy (the destructor).
+  void forget_sleep() noexcept;
 
   // pool_recording.cpp: appends one event to the buffer (under the lock, while recording_).
   void note(recorded_event::kind what, device_address address, std::size_t size, stream_t stream);
@@ -280,6 +300,21 @@ class pool_impl {
   // Held when the latest miss began: a request that fails hands back what its growth mapped
   // (another thread's miss while the out-of-memory path dropped the lock may have moved it).
   std::size_t held_before_miss_ = 0;
+
+  // Sleep (sleep_wake.cpp): while asleep_, allocate() refuses and automatic release is off; the
+  // slept handles keep their page-table records (page_table::sleep_handle).
+  struct kept_block {
+    device_address address = 0;
+    std::size_t bytes = 0;   // live blocks next to each other, as placed
+    std::size_t offset = 0;  // in host_copy_
+  };
+  bool asleep_ = false;
+  bool automatic_release_awake_ = false;  // automatic_release_ before the pool slept
+  std::vector<std::uint32_t> sleep_ids_;  // slept handles
+  std::size_t asleep_bytes_ = 0;
+  std::vector<kept_block> kept_;           // live blocks whose bytes host_copy_ holds
+  void* host_copy_ = nullptr;
+  std::size_t host_copy_bytes_ = 0;
 
   // Recording (pool_recording.cpp): events under the lock into recorded_, taken by the recorder.
   bool recording_ = false;

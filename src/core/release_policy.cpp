@@ -279,6 +279,7 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, ar
 
 std::size_t pool_impl::release() {
   std::lock_guard guard(lock_);
+  if (asleep_) return 0;  // everything went back when it slept; what slept is wake()'s
   settle_frees(true);
   trim_floor_ = 0;
   return release_in_steps(everything, any_tick);

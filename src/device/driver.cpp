@@ -49,6 +49,10 @@ std::string_view to_string(driver_call call) noexcept {
     case driver_call::stream_synchronize: return "stream_synchronize";
     case driver_call::device_synchronize: return "device_synchronize";
     case driver_call::async_pool_trim: return "async_pool_trim";
+    case driver_call::host_alloc: return "host_alloc";
+    case driver_call::host_free: return "host_free";
+    case driver_call::copy_to_host: return "copy_to_host";
+    case driver_call::copy_to_device: return "copy_to_device";
     case driver_call::count_: break;
   }
   return "unknown";

@@ -7,6 +7,7 @@
 
 #include "process/process_state.hpp"
 #include "process/sharing.hpp"
+#include "process/tags.hpp"
 #include "process/recorder.hpp"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
@@ -39,7 +40,7 @@ pool* find_owning_pool(const void* ptr) {
     pool* p = table->slots[d].load(std::memory_order_acquire);
     if (p != nullptr && p->owns(ptr)) return p;
   }
-  return nullptr;
+  return tag_pool_owning(ptr, -1);
 }
 
 pool_options default_pool_options() {
@@ -54,6 +55,7 @@ void reset_process_for_testing() {
   auto& state = process();
   std::lock_guard lock(state.mutex);
   recorder::instance().stop(existing_pools());
+  reset_tags_for_testing();
   state.recording_environment_read = false;
   delete state.table.exchange(nullptr, std::memory_order_acq_rel);
   state.drv.reset();

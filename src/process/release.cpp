@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "process/process_state.hpp"
+#include "process/tags.hpp"
 #include "tidepool/errors.hpp"
 #include "tidepool/process.hpp"
 #include "tidepool/reclaim.hpp"
@@ -39,6 +40,7 @@ void check_device(driver& drv, int device) {
 std::size_t release_device(driver& drv, int device) {
   std::size_t bytes = 0;
   if (pool* p = detail::find_pool(device)) bytes += p->release();
+  for (pool* p : detail::tag_pools(device)) bytes += p->release();  // 0 for a tag asleep
   bytes += drv.trim_async_pools(device);
   bytes += run_reclaim_hooks(device, SIZE_MAX);
   return bytes;

@@ -51,6 +51,10 @@ namespace tidepool::detail {
   X(cuMemcpyDtoH, 12000, true)                        \
   X(cuMemcpyHtoD, 12000, true)                        \
   X(cuMemcpyDtoDAsync, 12000, true)                   \
+  X(cuMemcpyDtoHAsync, 12000, true)                   \
+  X(cuMemcpyHtoDAsync, 12000, true)                   \
+  X(cuMemHostAlloc, 12000, true)                      \
+  X(cuMemFreeHost, 12000, true)                       \
   X(cuMemAllocAsync, 12000, true)                     \
   X(cuMemFreeAsync, 12000, true)                      \
   X(cuDeviceGetDefaultMemPool, 12000, true)           \

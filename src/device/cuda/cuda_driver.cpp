@@ -349,6 +349,30 @@ driver_status cuda_driver::device_synchronize(int device) {
   return in_context(device, driver_call::device_synchronize, [&] { return api_.cuCtxSynchronize(); });
 }
 
+// Host copies for sleep and wake: pinned memory (cuMemHostAlloc, portable so any context may copy
+// from it) and asynchronous copies on the caller's stream, which the caller synchronizes.
+driver_status cuda_driver::host_alloc(int device, std::size_t bytes, void** out) {
+  if (out == nullptr || bytes == 0) return driver_status::invalid_value;
+  return in_context(device, driver_call::host_alloc,
+                    [&] { return api_.cuMemHostAlloc(out, bytes, CU_MEMHOSTALLOC_PORTABLE); });
+}
+
+driver_status cuda_driver::host_free(int device, void* host) {
+  return in_context(device, driver_call::host_free, [&] { return api_.cuMemFreeHost(host); });
+}
+
+driver_status cuda_driver::copy_to_host(int device, void* destination, device_address source, std::size_t bytes,
+                                        stream_t stream) {
+  return in_context(device, driver_call::copy_to_host,
+                    [&] { return api_.cuMemcpyDtoHAsync(destination, to_cu(source), bytes, to_cu(stream)); });
+}
+
+driver_status cuda_driver::copy_to_device(int device, device_address destination, const void* source,
+                                          std::size_t bytes, stream_t stream) {
+  return in_context(device, driver_call::copy_to_device,
+                    [&] { return api_.cuMemcpyHtoDAsync(to_cu(destination), source, bytes, to_cu(stream)); });
+}
+
 std::size_t cuda_driver::trim_async_pools(int device) {
   // Memory parked in a stream-ordered pool needs a context; without one there is nothing to trim,
   // and opening one (about half a GiB of device memory) to find that out is what this layer must

@@ -61,6 +61,12 @@ class cuda_driver final : public driver {
   driver_status stream_synchronize(int device, stream_t stream) override;
   driver_status device_synchronize(int device) override;
   std::size_t trim_async_pools(int device) override;
+  driver_status host_alloc(int device, std::size_t bytes, void** out) override;
+  driver_status host_free(int device, void* host) override;
+  driver_status copy_to_host(int device, void* destination, device_address source, std::size_t bytes,
+                             stream_t stream) override;
+  driver_status copy_to_device(int device, device_address destination, const void* source, std::size_t bytes,
+                               stream_t stream) override;
 
   [[nodiscard]] driver_call_counts call_counts() const override { return counter_.snapshot(); }
   [[nodiscard]] mem_map_times last_mem_map_times() const override;

@@ -26,6 +26,18 @@ constexpr double log2_of_2gib = 31.0;
 constexpr double mem_alloc_low_us = 35.0, mem_alloc_high_us = 80.0;
 constexpr double mem_free_low_us = 29.0, mem_free_high_us = 63.0;
 
+// Host copies and pinned host memory: not measured; assumed rates (GiB/s), so that sleep and wake
+// cost what moving their bytes would. 50 GiB/s is about a PCIe 5 x16 link's pinned copy rate;
+// pinning host memory (cuMemHostAlloc) runs at a few GiB/s, freeing it faster.
+constexpr double copy_gib_per_s = 50.0;
+constexpr double host_alloc_gib_per_s = 4.0;
+constexpr double host_free_gib_per_s = 16.0;
+
+// Microseconds to move `bytes` at `gib_per_s`.
+double per_byte_cost(double gib_per_s, std::size_t bytes) noexcept {
+  return static_cast<double>(bytes) * 1e6 / (gib_per_s * static_cast<double>(std::size_t{1} << 30));
+}
+
 double log2_of(std::size_t bytes) noexcept { return std::log2(static_cast<double>(bytes)); }
 
 // Linear in log2(size) between the measured sizes, flat below, linear in size above.
@@ -79,6 +91,10 @@ double sim_call_cost_us(driver_call call, std::size_t bytes) noexcept {
     case driver_call::stream_synchronize: return 1.0;
     case driver_call::device_synchronize: return 1.0;
     case driver_call::async_pool_trim: return 10.0;
+    case driver_call::host_alloc: return per_byte_cost(host_alloc_gib_per_s, bytes);
+    case driver_call::host_free: return per_byte_cost(host_free_gib_per_s, bytes);
+    case driver_call::copy_to_host: return per_byte_cost(copy_gib_per_s, bytes);
+    case driver_call::copy_to_device: return per_byte_cost(copy_gib_per_s, bytes);
     case driver_call::count_: break;
   }
   return 0.0;

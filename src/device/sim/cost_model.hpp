@@ -5,7 +5,8 @@
 // (2, 20, 64, 512 MiB, 2 GiB): between them the cost is interpolated linearly in log2(size), below
 // 2 MiB it is the 2 MiB figure, above 2 GiB it grows linearly in size along the last measured
 // segment (never below the smallest measured figure of that call). cudaMalloc and cudaFree grow
-// linearly in log2(size) from 2 MiB to 2 GiB (and on beyond). Every other call costs a constant.
+// linearly in log2(size) from 2 MiB to 2 GiB (and on beyond). Host copies and pinned host memory
+// cost their bytes at an assumed rate. Every other call costs a constant.
 //
 // The tables in cost_model.cpp are the one source of these figures: docs/DESIGN.md (section 1,
 // "The simulated driver's costs") quotes them, and tests/device/sim_cost_model_test.cpp checks

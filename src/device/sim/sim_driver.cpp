@@ -172,6 +172,11 @@ std::uint64_t sim_driver::unsafe_unmap_count() const {
   return state_->unsafe_unmaps;
 }
 
+std::uint64_t sim_driver::unmapped_access_count() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->unmapped_accesses;
+}
+
 std::size_t sim_driver::physical_bytes(int device) const {
   std::lock_guard lock(state_->mutex);
   return device_or_throw(*state_, device, "physical_bytes").physical_bytes();

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
+#include <iterator>
 #include <string_view>
 #include <utility>
 
@@ -68,6 +70,7 @@ sim_state::sim_state(sim_config settings) : config(std::move(settings)) {
 
 sim_state::~sim_state() {
   if (!config.back_with_host_memory) return;
+  for (const auto& [host, bytes] : host_allocations) std::free(host);  // host_alloc's, never freed
   for (sim_device& device : devices) {
     // Giving back a reservation drops every mapping inside it.
     for (const auto& [address, reservation] : device.reservations) host_release_range(address, reservation.size);
@@ -137,6 +140,25 @@ bool sim_state::queued_work_touches(sim_device& device, device_address address, 
   return std::any_of(device.queued_work.begin(), device.queued_work.end(), [&](const sim_queued_work& work) {
     return work.address < address + bytes && address < work.address + work.bytes;
   });
+}
+
+bool sim_state::wholly_mapped(const sim_device& device, device_address address, std::size_t bytes) {
+  const device_address end = address + bytes;
+  if (bytes == 0 || end < address) return false;
+  if (auto after = device.allocations.upper_bound(address); after != device.allocations.begin()) {
+    const auto holder = std::prev(after);
+    if (end <= holder->first + holder->second.size) return true;
+  }
+  auto next = device.mappings.upper_bound(address);
+  if (next == device.mappings.begin()) return false;
+  --next;
+  if (next->first + next->second.size <= address) return false;
+  device_address covered = next->first;
+  while (next != device.mappings.end() && next->first == covered && covered < end) {
+    covered += next->second.size;
+    ++next;
+  }
+  return covered >= end;
 }
 
 std::uintptr_t sim_state::make_token(int device) noexcept {

@@ -153,6 +153,8 @@ class sim_state {
   [[nodiscard]] double* stream_tail(sim_device& device, stream_t stream);
   /// Whether queued work not yet complete touches [address, address + bytes). Drops completed work.
   [[nodiscard]] bool queued_work_touches(sim_device& device, device_address address, std::size_t bytes);
+  /// Whether every byte of [address, address + bytes) is mapped (handles, or a plain allocation).
+  [[nodiscard]] static bool wholly_mapped(const sim_device& device, device_address address, std::size_t bytes);
   /// A fresh non-null token for a stream or event pointer; encodes `device` in its low 20 bits.
   [[nodiscard]] std::uintptr_t make_token(int device) noexcept;
   /// Opens the context of `device`, charging its memory; out_of_memory when it does not fit.
@@ -167,6 +169,11 @@ class sim_state {
   double now = 0;
   driver_call_counts counts;
   std::uint64_t unsafe_unmaps = 0;
+  /// Times launched work or a copy named device memory that was not mapped (a sleeping tag's).
+  std::uint64_t unmapped_accesses = 0;
+  /// Pinned host memory (host_alloc): its size by address. Without host backing the address is a
+  /// token with no memory behind it, and copies move nothing.
+  std::unordered_map<void*, std::size_t> host_allocations;
   physical_handle next_handle = 1;
 
  private:

@@ -205,6 +205,9 @@ void sim_driver::launch(int device, stream_t stream, double duration_us, device_
   }
   *tail = std::max(state.now, *tail) + duration_us;
   target.busy_until = std::max(target.busy_until, *tail);
+  // Work on memory that is not mapped (a sleeping tag's, a freed handle's) faults on a GPU
+  // (an illegal address): counted, for tests to see.
+  if (bytes > 0 && !detail::sim_state::wholly_mapped(target, address, bytes)) state.unmapped_accesses += 1;
   if (bytes > 0) {
     // Keep the record short: completed work can no longer make an unmap unsafe.
     constexpr std::size_t prune_above = 1024;

@@ -1,0 +1,312 @@
+// Sleep and wake (issue 13) on a host-backed sim: every byte comes back at the same address, the
+// bytes handed back are exact, nothing is unmapped under queued work, allocation while asleep is
+// refused and freeing works, a wake that finds no room (or a failing driver) leaves the pool
+// asleep with its contents, and the checker's invariants hold after every step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "pool_checker.hpp"
+#include "tidepool/errors.hpp"
+
+namespace tidepool::testing {
+namespace {
+
+// A block filled with random bytes end to end, and what it must hold.
+struct filled {
+  void* ptr = nullptr;
+  std::vector<unsigned char> bytes;
+};
+
+// Fills the block of `checker`'s (which stops checking its own pattern there) with random bytes.
+filled fill(sim_driver& sim, pool_checker& checker, void* ptr, std::size_t size, std::mt19937_64& rng) {
+  checker.own_contents(ptr);
+  filled f{ptr, std::vector<unsigned char>(size)};
+  for (std::size_t i = 0; i < size; i += 8) {
+    const std::uint64_t w = rng();
+    std::memcpy(f.bytes.data() + i, &w, std::min<std::size_t>(8, size - i));
+  }
+  std::byte* host = sim.host_view(0, reinterpret_cast<device_address>(ptr), size);
+  EXPECT_NE(host, nullptr);
+  if (host != nullptr) std::memcpy(host, f.bytes.data(), size);
+  return f;
+}
+
+void expect_same(sim_driver& sim, const filled& f) {
+  std::byte* host = sim.host_view(0, reinterpret_cast<device_address>(f.ptr), f.bytes.size());
+  ASSERT_NE(host, nullptr) << "not mapped after wake";
+  EXPECT_EQ(std::memcmp(host, f.bytes.data(), f.bytes.size()), 0) << "contents of " << f.bytes.size() << " bytes differ";
+}
+
+error_code code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no tidepool::error";
+  return error_code::invalid_argument;
+}
+
+TEST(PoolSleep, ContentsComeBackByteForByteAtTheSameAddresses) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  std::mt19937_64 rng(13);
+  std::vector<filled> blocks;
+  for (std::size_t size : {std::size_t{1000}, 300 * KiB, 3 * MiB + 7, 40 * MiB, std::size_t{256}}) {
+    blocks.push_back(fill(*sim, checker, checker.allocate(size), size, rng));
+  }
+  blocks.push_back(fill(*sim, checker, checker.allocate(5 * MiB, nullptr, lifetime::persistent), 5 * MiB, rng));
+  void* gone = checker.allocate(24 * MiB);  // freed before sleeping: cache, handed back by sleep
+  checker.free(gone);
+  checker.check();
+
+  const std::size_t held = sim->physical_bytes(0);
+  const std::size_t returned = p.sleep(sleep_keep::contents);
+  EXPECT_TRUE(p.asleep());
+  EXPECT_EQ(returned, held) << "every byte held goes, cache and live";
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  EXPECT_EQ(sim->mapped_bytes(0), 0u);
+  const pool_stats asleep = p.stats();
+  EXPECT_EQ(asleep.mapped_bytes, 0u);
+  EXPECT_EQ(asleep.asleep_bytes, held - 24 * MiB) << "what live blocks touch sleeps; the free handle went";
+  EXPECT_EQ(asleep.live_allocations, blocks.size());
+  EXPECT_TRUE(p.describe().handles.empty());
+  EXPECT_EQ(p.release(), 0u) << "nothing to release while asleep";
+  checker.check();
+
+  p.wake();
+  EXPECT_FALSE(p.asleep());
+  EXPECT_EQ(p.stats().asleep_bytes, 0u);
+  EXPECT_EQ(sim->physical_bytes(0), held - 24 * MiB);
+  for (const filled& f : blocks) expect_same(*sim, f);
+  checker.check();
+  checker.check_patterns();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim->unmapped_access_count(), 0u);
+
+  // Awake again, it works as before: new blocks, frees, another sleep.
+  void* more = checker.allocate(7 * MiB);
+  checker.check();
+  checker.free(more);
+  EXPECT_GT(p.sleep(sleep_keep::contents), 0u);
+  p.wake();
+  for (const filled& f : blocks) expect_same(*sim, f);
+  for (const filled& f : blocks) checker.free(f.ptr);
+  checker.check();
+  const std::size_t mapped = p.stats().mapped_bytes;
+  EXPECT_EQ(p.release(), mapped) << "release after wake hands back what the woken blocks held";
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+}
+
+TEST(PoolSleep, KeepNothingCopiesNothing) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* a = checker.allocate(10 * MiB);
+  const std::size_t held = sim->physical_bytes(0);
+  EXPECT_EQ(p.sleep(sleep_keep::nothing), held);
+  p.wake();
+  const driver_call_counts calls = p.stats().driver;
+  EXPECT_EQ(calls.of(driver_call::host_alloc), 0u);
+  EXPECT_EQ(calls.of(driver_call::copy_to_host), 0u);
+  EXPECT_EQ(calls.of(driver_call::copy_to_device), 0u);
+  EXPECT_NE(sim->host_view(0, reinterpret_cast<device_address>(a), 10 * MiB), nullptr) << "mapped again";
+  p.deallocate(a);
+}
+
+TEST(PoolSleep, AllocateWhileAsleepIsRefusedAndFreeWorks) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  void* kept = p.allocate(4 * MiB);
+  void* freed = p.allocate(6 * MiB);
+  (void)p.sleep();
+  const pool_stats before = p.stats();
+  EXPECT_EQ(code_of([&] { (void)p.allocate(1024); }), error_code::asleep);
+  EXPECT_EQ(code_of([&] { (void)p.allocate(64 * MiB); }), error_code::asleep);
+  EXPECT_EQ(p.stats().allocations, before.allocations) << "nothing changed";
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  p.deallocate(freed);  // works: its memory comes back with wake() as cache
+  EXPECT_EQ(p.stats().live_allocations, 1u);
+  EXPECT_EQ(sim->physical_bytes(0), 0u) << "a free while asleep calls no driver";
+  p.wake();
+  const pool_stats woken = p.stats();
+  EXPECT_EQ(woken.in_use_bytes + woken.cached_bytes, woken.mapped_bytes);
+  EXPECT_EQ(p.release(), woken.cached_bytes);
+  p.deallocate(kept);
+}
+
+TEST(PoolSleep, DoubleSleepAndWakeOfAnAwakePoolAreClearErrors) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  void* a = p.allocate(3 * MiB);
+  EXPECT_EQ(code_of([&] { p.wake(); }), error_code::asleep);
+  (void)p.sleep();
+  const std::size_t asleep_bytes = p.stats().asleep_bytes;
+  EXPECT_EQ(code_of([&] { (void)p.sleep(); }), error_code::asleep);
+  EXPECT_EQ(p.stats().asleep_bytes, asleep_bytes) << "the second sleep changed nothing";
+  p.wake();
+  EXPECT_EQ(code_of([&] { p.wake(); }), error_code::asleep);
+  p.deallocate(a);
+  // An empty pool sleeps and wakes too, handing back its cache.
+  const std::size_t held = sim->physical_bytes(0);
+  EXPECT_GT(held, 0u);
+  EXPECT_EQ(p.sleep(), held);
+  EXPECT_EQ(p.stats().asleep_bytes, 0u) << "nothing live: nothing to wake";
+  p.wake();
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+}
+
+TEST(PoolSleep, OutOfMemoryDuringWakeLeavesItAsleepWithItsContents) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  std::mt19937_64 rng(7);
+  std::vector<filled> blocks;
+  for (std::size_t size : {20 * MiB, 30 * MiB, std::size_t{5000}}) blocks.push_back(fill(*sim, checker, checker.allocate(size), size, rng));
+  const std::size_t asleep = p.sleep();
+  // Another engine takes the device meanwhile.
+  pool other(sim, 0);
+  void* big = other.allocate(256 * MiB - 40 * MiB);
+  try {
+    p.wake();
+    ADD_FAILURE() << "wake found room it should not have";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("stays asleep"), std::string::npos) << e.what();
+    EXPECT_EQ(e.report().requested_bytes, asleep);
+  }
+  EXPECT_TRUE(p.asleep());
+  EXPECT_EQ(p.stats().mapped_bytes, 0u);
+  EXPECT_EQ(p.stats().asleep_bytes, asleep);
+  EXPECT_EQ(sim->physical_bytes(0), other.stats().mapped_bytes) << "the failed wake holds nothing";
+  checker.set_baseline_physical(other.stats().mapped_bytes);
+  checker.check();
+  other.deallocate(big);
+  (void)other.release();
+  checker.set_baseline_physical(0);
+  p.wake();
+  for (const filled& f : blocks) expect_same(*sim, f);
+  checker.check();
+  checker.check_patterns();
+}
+
+TEST(PoolSleep, DriverFailuresDuringWakeAndSleepLeaveAConsistentPool) {
+  for (driver_call call : {driver_call::mem_create, driver_call::mem_map, driver_call::copy_to_device,
+                           driver_call::stream_create}) {
+    SCOPED_TRACE(std::string(to_string(call)));
+    auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+    pool p(sim, 0);
+    pool_checker checker(*sim, p);
+    std::mt19937_64 rng(3);
+    std::vector<filled> blocks;
+    for (std::size_t size : {3 * MiB, 12 * MiB, std::size_t{700}}) blocks.push_back(fill(*sim, checker, checker.allocate(size), size, rng));
+    (void)p.sleep();
+    // The second call of each kind in the wake (the only one for its stream), so some work is undone.
+    sim->fail_nth(call, call == driver_call::stream_create ? 1 : 2,
+                  call == driver_call::mem_create ? driver_status::out_of_memory : driver_status::error);
+    bool failed = false;
+    try {
+      p.wake();
+    } catch (const out_of_memory&) {
+      failed = true;
+    } catch (const error& e) {
+      failed = true;
+      EXPECT_EQ(e.code(), error_code::driver_failure);
+    }
+    EXPECT_TRUE(failed);
+    EXPECT_TRUE(p.asleep());
+    EXPECT_EQ(sim->physical_bytes(0), 0u) << "what the failed wake mapped went back";
+    checker.check();
+    p.wake();
+    for (const filled& f : blocks) expect_same(*sim, f);
+    checker.check();
+  }
+  // A failing copy to the host: the sleep fails and the pool stays awake, every byte in place.
+  for (driver_call call : {driver_call::host_alloc, driver_call::copy_to_host, driver_call::mem_unmap,
+                           driver_call::mem_release}) {
+    SCOPED_TRACE(std::string(to_string(call)));
+    auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+    pool p(sim, 0);
+    pool_checker checker(*sim, p);
+    std::mt19937_64 rng(5);
+    std::vector<filled> blocks;
+    for (std::size_t size : {3 * MiB, 12 * MiB, std::size_t{700}}) blocks.push_back(fill(*sim, checker, checker.allocate(size), size, rng));
+    sim->fail_nth(call, call == driver_call::host_alloc ? 1 : 2, driver_status::error);
+    EXPECT_EQ(code_of([&] { (void)p.sleep(); }), error_code::driver_failure);
+    EXPECT_FALSE(p.asleep());
+    for (const filled& f : blocks) expect_same(*sim, f);
+    checker.check();
+    checker.check_patterns();
+    void* more = checker.allocate(MiB);
+    checker.free(more);
+  }
+}
+
+TEST(PoolSleep, WaitsForQueuedWorkWithEventsOnTheStreamsUsed) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  void* a = p.allocate(8 * MiB, s);
+  void* b = p.allocate(8 * MiB, s);
+  sim->launch(0, s, 500.0, reinterpret_cast<device_address>(a), 8 * MiB);
+  sim->launch(0, s, 500.0, reinterpret_cast<device_address>(b), 8 * MiB);
+  p.deallocate(b, s);  // freed behind queued work
+  const auto syncs_before = sim->call_counts().of(driver_call::device_synchronize);
+  (void)p.sleep();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u) << "nothing unmapped under the queued work";
+  EXPECT_EQ(sim->call_counts().of(driver_call::device_synchronize), syncs_before) << "events, not a device-wide wait";
+  EXPECT_GE(p.stats().driver.of(driver_call::event_synchronize), 1u);
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  // Touching the sleeping memory on the GPU is counted (an illegal address on CUDA).
+  sim->launch(0, s, 1.0, reinterpret_cast<device_address>(a), 4096);
+  EXPECT_EQ(sim->unmapped_access_count(), 1u);
+  sim->run_until_idle();
+  p.wake();
+  p.deallocate(a, s);
+  p.forget_stream(s);
+  // A forgotten stream cannot be named: the wait is device-wide.
+  void* c = p.allocate(2 * MiB, s);
+  sim->launch(0, s, 300.0, reinterpret_cast<device_address>(c), 2 * MiB);
+  p.forget_stream(s);
+  (void)p.sleep();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim->call_counts().of(driver_call::device_synchronize), syncs_before + 1);
+  p.wake();
+  p.deallocate(c, s);
+}
+
+TEST(PoolSleep, APoolDestroyedAsleepHandsBackItsHostCopy) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  {
+    pool p(sim, 0);
+    (void)p.allocate(12 * MiB);
+    (void)p.sleep();
+    sim->reset_call_counts();
+  }
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  const driver_call_counts calls = sim->call_counts();
+  EXPECT_EQ(calls.of(driver_call::host_free), 1u);
+  EXPECT_EQ(calls.of(driver_call::mem_unmap), 0u) << "slept handles are not unmapped twice";
+  EXPECT_EQ(calls.of(driver_call::mem_release), 0u);
+}
+
+TEST(PoolSleep, WithoutTheVirtualMemoryApiSleepIsUnavailable) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB, /*virtual_memory=*/false));
+  pool p(sim, 0);
+  void* a = p.allocate(MiB);
+  EXPECT_EQ(code_of([&] { (void)p.sleep(); }), error_code::unavailable);
+  EXPECT_FALSE(p.asleep());
+  p.deallocate(a);
+}
+
+}  // namespace
+}  // namespace tidepool::testing
