@@ -202,7 +202,8 @@ class TIDEPOOL_API pool {
   /// Puts the pool to sleep: waits for the work queued on the streams its allocations were made
   /// or recorded on (an event on each; a device-wide wait where one of them cannot be named: a
   /// forgotten stream, another thread's per-thread stream, a pending record_stream free), copies
-  /// every live allocation's bytes to pinned host memory when `keep` is contents, then unmaps and
+  /// every live allocation's bytes to pinned host memory when `keep` is contents (one buffer, kept
+  /// after wake() for the next sleep, since pinning costs far more than the copy), then unmaps and
   /// releases every physical handle, cached ones too. Address ranges and allocations stay: the
   /// pointers remain the program's, and wake() brings memory back under them. Returns the bytes
   /// handed back to the driver (exact, as release()). While asleep, allocate() throws

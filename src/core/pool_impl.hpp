@@ -313,8 +313,10 @@ class pool_impl {
   std::vector<std::uint32_t> sleep_ids_;  // slept handles
   std::size_t asleep_bytes_ = 0;
   std::vector<kept_block> kept_;           // live blocks whose bytes host_copy_ holds
-  void* host_copy_ = nullptr;
-  std::size_t host_copy_bytes_ = 0;
+  void* host_copy_ = nullptr;              // pinned; kept after a wake for the next sleep
+  std::size_t host_copy_capacity_ = 0;     // its size
+  std::size_t host_copy_bytes_ = 0;        // contents it holds now (0: none)
+  void drop_host_copy() noexcept;
 
   // Recording (pool_recording.cpp): events under the lock into recorded_, taken by the recorder.
   bool recording_ = false;

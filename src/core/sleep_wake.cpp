@@ -208,20 +208,24 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
       });
     }
     if (total != 0) {
-      const driver_status status = calls_.host_alloc(total, &host_copy_);
-      if (status != driver_status::success) {
-        kept_.clear();
-        host_copy_ = nullptr;
-        stay_awake();
-        throw error(error_code::driver_failure,
-                    fmt::format("tidepool: sleep of device {} could not pin {} bytes of host memory for the "
-                                "contents ({}); nothing slept",
-                                device_, total, to_string(status)));
+      // The pinned buffer outlives the wake for the next sleep: pinning costs about 0.5 s per GiB on
+      // the H200, the copy itself about 20 ms (docs/RESULTS.md, section 10).
+      if (host_copy_ != nullptr && host_copy_capacity_ < total) drop_host_copy();
+      if (host_copy_ == nullptr) {
+        const driver_status status = calls_.host_alloc(total, &host_copy_);
+        if (status != driver_status::success) {
+          kept_.clear();
+          host_copy_ = nullptr;
+          stay_awake();
+          throw error(error_code::driver_failure,
+                      fmt::format("tidepool: sleep of device {} could not pin {} bytes of host memory for the "
+                                  "contents ({}); nothing slept",
+                                  device_, total, to_string(status)));
+        }
+        host_copy_capacity_ = total;
       }
       host_copy_bytes_ = total;
       if (const driver_status copied = copy_kept(true); copied != driver_status::success) {
-        (void)calls_.host_free(host_copy_, host_copy_bytes_);
-        host_copy_ = nullptr;
         host_copy_bytes_ = 0;
         kept_.clear();
         stay_awake();
@@ -250,8 +254,6 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
     if (restored) {
       sleep_ids_.clear();
       asleep_bytes_ = 0;
-      if (host_copy_ != nullptr) (void)calls_.host_free(host_copy_, host_copy_bytes_);
-      host_copy_ = nullptr;
       host_copy_bytes_ = 0;
       kept_.clear();
       stay_awake();
@@ -294,7 +296,7 @@ void pool_impl::wake() {
     status = pages_.wake_handle(sleep_ids_[woken]);
     if (status != driver_status::success) break;
   }
-  if (status == driver_status::success && host_copy_ != nullptr) status = copy_kept(false);
+  if (status == driver_status::success && host_copy_bytes_ != 0) status = copy_kept(false);
   if (status != driver_status::success) {
     // Back to sleep, all of it: the copy still holds the contents.
     const bool undone = undo_wake(woken);
@@ -312,14 +314,19 @@ void pool_impl::wake() {
                 fmt::format("tidepool: wake of device {} failed: {}; the memory stays asleep{}", device_,
                             to_string(status), undone ? "" : " (some handles could not be put back to sleep)"));
   }
-  if (host_copy_ != nullptr) (void)calls_.host_free(host_copy_, host_copy_bytes_);
-  host_copy_ = nullptr;
-  host_copy_bytes_ = 0;
+  host_copy_bytes_ = 0;  // the buffer stays for the next sleep
   kept_.clear();
   sleep_ids_.clear();
   asleep_bytes_ = 0;
   asleep_ = false;
   automatic_release_ = automatic_release_awake_;
+}
+
+void pool_impl::drop_host_copy() noexcept {
+  if (host_copy_ != nullptr) (void)calls_.host_free(host_copy_, host_copy_capacity_);
+  host_copy_ = nullptr;
+  host_copy_capacity_ = 0;
+  host_copy_bytes_ = 0;
 }
 
 void pool_impl::forget_sleep() noexcept {
@@ -328,9 +335,7 @@ void pool_impl::forget_sleep() noexcept {
   }
   sleep_ids_.clear();
   asleep_bytes_ = 0;
-  if (host_copy_ != nullptr) (void)calls_.host_free(host_copy_, host_copy_bytes_);
-  host_copy_ = nullptr;
-  host_copy_bytes_ = 0;
+  drop_host_copy();
   kept_.clear();
   asleep_ = false;
 }

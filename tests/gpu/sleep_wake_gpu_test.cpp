@@ -43,7 +43,9 @@ TEST(SleepWakeOnGpu, ContentsComeBackAndNvmlSeesTheBytesGo) {
     const std::size_t returned = p.sleep(sleep_keep::contents);
     const std::size_t asleep = drv->memory_info(0).process_used;
     std::printf("[figure] sleep returned %zu bytes, NVML dropped %zu bytes\n", returned, held - asleep);
-    EXPECT_EQ(held - asleep, returned) << "NVML sees exactly what sleep handed back";
+    // The first sleep makes the pool's copy stream, which costs the driver a little device memory
+    // (2 MiB on the H200); the exact comparison is the second sleep's, below.
+    EXPECT_LE(returned - (held - asleep), 4 * MiB) << "NVML sees what sleep handed back, less the copy stream";
     EXPECT_LE(asleep, start + 4 * MiB) << "what is left is the driver's own (a stream), not the pool's";
     EXPECT_EQ(drv->call_counts().of(driver_call::device_synchronize), syncs_before) << "an event, not a device-wide wait";
     p.wake();
@@ -52,7 +54,12 @@ TEST(SleepWakeOnGpu, ContentsComeBackAndNvmlSeesTheBytesGo) {
     EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(a), big, 0x5a), -1) << "the queued write and the copy";
     EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(b), 3000, 0xc3), -1);
     // Keep nothing: the memory is mapped again and writable.
-    (void)p.sleep(sleep_keep::nothing);
+    const std::size_t held_again = drv->memory_info(0).process_used;
+    const std::size_t returned_again = p.sleep(sleep_keep::nothing);
+    const std::size_t asleep_again = drv->memory_info(0).process_used;
+    std::printf("[figure] second sleep returned %zu bytes, NVML dropped %zu bytes\n", returned_again,
+                held_again - asleep_again);
+    EXPECT_EQ(held_again - asleep_again, returned_again) << "NVML sees exactly what sleep handed back";
     p.wake();
     check(cu().cuMemsetD8(reinterpret_cast<CUdeviceptr>(a), 0x11, big), "cuMemsetD8");
     EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(a), big, 0x11), -1);
