@@ -9,6 +9,7 @@ import sys
 import torch
 
 from common import GiB, emit, torch_memory, weights_digest
+from tiny_transformer import TinyTransformer, make_deterministic
 
 mode = sys.argv[1]
 if mode != "default":
@@ -16,29 +17,9 @@ if mode != "default":
 
     tidepool.torch.use()
 
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
-torch.backends.cudnn.benchmark = False
-torch.backends.cuda.enable_flash_sdp(False)
-torch.backends.cuda.enable_mem_efficient_sdp(False)
-torch.backends.cuda.enable_math_sdp(True)
+make_deterministic()
 
 vocab, width, length, batch = 1000, 256, 64, 16
-
-
-class TinyTransformer(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab, width)
-        layer = torch.nn.TransformerEncoderLayer(width, nhead=4, dim_feedforward=4 * width,
-                                                 dropout=0.1, batch_first=True)
-        self.encoder = torch.nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False)
-        self.head = torch.nn.Linear(width, vocab)
-
-    def forward(self, tokens):
-        mask = torch.nn.Transformer.generate_square_subsequent_mask(tokens.shape[1], device=tokens.device)
-        return self.head(self.encoder(self.embed(tokens), mask=mask, is_causal=True))
-
 
 class tagged:
     """tidepool.region("train") when routed to tidepool, else nothing."""
@@ -55,7 +36,7 @@ class tagged:
 
 
 with tagged():
-    model = TinyTransformer().cuda()
+    model = TinyTransformer(vocab, width, layers=4).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 generator = torch.Generator().manual_seed(1)
 losses = []
