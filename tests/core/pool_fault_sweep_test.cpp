@@ -202,15 +202,21 @@ TEST(PoolFaults, AHandleWhoseReleaseFailedGoesBackAtTheNextRelease) {
 
 // A large handle is remade in pieces when a small block would pin a small part of it; when the old
 // handle's mem_release failed there, nothing listed it, and no release() could hand it back.
+// One 64 MiB handle, freed and settled (free for every stream, so a block carved from it may split
+// it); returns a second stream to carve from.
+stream_t one_free_large_handle(sim_driver& sim, pool_checker& checker) {
+  stream_t other = nullptr;
+  EXPECT_EQ(sim.stream_create(0, &other), driver_status::success);
+  checker.free(checker.allocate(64 * MiB));
+  sim.run_until_idle();
+  return other;
+}
+
 TEST(PoolFaults, AHandleWhoseReleaseFailedInASplitGoesBackAtTheNextRelease) {
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  stream_t other = nullptr;
-  ASSERT_EQ(sim->stream_create(0, &other), driver_status::success);
-  void* whole = checker.allocate(64 * MiB);
-  checker.free(whole);
-  sim->run_until_idle();  // the free completes: the block is free for every stream, so it may be split
+  const stream_t other = one_free_large_handle(*sim, checker);
   sim->fail_nth(driver_call::mem_release, 1, driver_status::error);
   void* piece = checker.allocate(4 * MiB, other);  // covers a sixteenth of the free handle: it is split
   EXPECT_GE(sim->call_counts().of(driver_call::mem_release), 1u) << "no split happened; the test proves nothing";
@@ -230,11 +236,7 @@ TEST(PoolFaults, AFailedMapInASplitLeavesThePiecesMadeMappedAndCounted) {
     auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
     pool p(sim, 0);
     pool_checker checker(*sim, p);
-    stream_t other = nullptr;
-    ASSERT_EQ(sim->stream_create(0, &other), driver_status::success);
-    void* whole = checker.allocate(64 * MiB);
-    checker.free(whole);
-    sim->run_until_idle();
+    const stream_t other = one_free_large_handle(*sim, checker);
     sim->fail_nth(driver_call::mem_map, n, driver_status::error);
     sim->fail_nth(driver_call::mem_unmap, 2, driver_status::error);  // the first unmap after the split's own
     void* piece = nullptr;
