@@ -47,6 +47,13 @@ void throw_null_argument(const char* function, const char* name) {
   throw error(error_code::invalid_argument, fmt::format("{}: {} is NULL", function, name));
 }
 
+void check_struct_size(std::uint64_t size, const char* function, const char* type) {
+  if (size < sizeof(std::uint64_t)) {
+    throw error(error_code::invalid_argument,
+                fmt::format("{}: struct_size is {}; set it to sizeof({})", function, size, type));
+  }
+}
+
 void print_last_error() noexcept {
   // The core's messages already start with "tidepool:"; the C API's own do not.
   const bool prefixed = std::strncmp(last_message, "tidepool", 8) == 0;

@@ -3,6 +3,7 @@
 // message, so no exception crosses the C ABI.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <new>
 #include <string_view>
@@ -21,6 +22,10 @@ tidepool_status to_status(error_code code) noexcept;
 
 /// Throws tidepool::error (invalid_argument) saying that `function`'s argument `name` is NULL.
 [[noreturn]] void throw_null_argument(const char* function, const char* name);
+
+/// Throws tidepool::error (invalid_argument) when a caller's versioned struct has no struct_size
+/// set (smaller than the field itself), naming `function` and the struct's `type` to size it by.
+void check_struct_size(std::uint64_t size, const char* function, const char* type);
 
 /// Writes "tidepool: <last error>" to stderr: for the framework entry points, which can only
 /// return NULL, so that a failure is seen.

@@ -76,14 +76,6 @@ pool_options from_c_options(const tidepool_pool_options_t& c) {
   return o;
 }
 
-void check_struct_size(std::uint64_t size, const char* function) {
-  if (size < sizeof(std::uint64_t)) {
-    throw error(error_code::invalid_argument,
-                fmt::format("{}: struct_size is {}; set it to sizeof(tidepool_pool_options_t)",
-                            function, size));
-  }
-}
-
 }  // namespace
 }  // namespace tidepool::detail
 
@@ -93,7 +85,7 @@ tidepool_status tidepool_set_default_pool_options(const tidepool_pool_options_t*
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_set_default_pool_options", "options");
-    check_struct_size(options->struct_size, "tidepool_set_default_pool_options");
+    check_struct_size(options->struct_size, "tidepool_set_default_pool_options", "tidepool_pool_options_t");
     // Fields the caller's struct does not have keep the values in force.
     tidepool_pool_options_t merged = to_c_options(default_pool_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof merged);
@@ -106,7 +98,7 @@ tidepool_status tidepool_get_default_pool_options(tidepool_pool_options_t* optio
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_get_default_pool_options", "options");
-    check_struct_size(options->struct_size, "tidepool_get_default_pool_options");
+    check_struct_size(options->struct_size, "tidepool_get_default_pool_options", "tidepool_pool_options_t");
     const tidepool_pool_options_t current = to_c_options(default_pool_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof current);
     const std::size_t skip = sizeof current.struct_size;

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
 #include "process/process_state.hpp"
@@ -35,7 +37,16 @@ tidepool_stats_t to_c_stats(const pool_stats& s) {
   return c;
 }
 
-// Copies `filled` into the caller's `stats`, no more than its struct_size says it holds.
+// A caller's stats struct must say how large it is.
+void check_stats_size(const tidepool_stats_t& stats, const char* function) {
+  if (stats.struct_size < sizeof(stats.struct_size)) {
+    throw tidepool::error(tidepool::error_code::invalid_argument,
+                          fmt::format("{}: set stats->struct_size to sizeof(tidepool_stats_t)", function));
+  }
+}
+
+// Copies `filled` into the caller's `stats`, no more than its struct_size says it holds; the
+// caller's struct_size stays as the caller set it.
 void copy_stats_out(const tidepool_stats_t& filled, tidepool_stats_t* stats) {
   const auto caller_size = static_cast<std::size_t>(stats->struct_size);
   const std::size_t bytes = std::min(caller_size, sizeof(tidepool_stats_t));
@@ -69,20 +80,12 @@ tidepool_status tidepool_stats(int device, tidepool_stats_t* stats) {
   using namespace tidepool::detail;
   return guarded([&] {
     if (stats == nullptr) throw_null_argument("tidepool_stats", "stats");
-    if (stats->struct_size < sizeof(stats->struct_size)) {
-      throw tidepool::error(tidepool::error_code::invalid_argument,
-                            "tidepool_stats: set stats->struct_size to sizeof(tidepool_stats_t)");
-    }
+    check_stats_size(*stats, "tidepool_stats");
     check_device_exists(device);
     tidepool_stats_t filled{};
     filled.struct_size = sizeof(tidepool_stats_t);
     if (tidepool::pool* p = find_pool(device)) filled = to_c_stats(p->stats());
-    // Fill no more than the caller's struct holds; its struct_size stays as the caller set it.
-    const auto caller_size = static_cast<std::size_t>(stats->struct_size);
-    const std::size_t bytes = std::min(caller_size, sizeof(tidepool_stats_t));
-    const std::size_t skip = sizeof(filled.struct_size);
-    std::memcpy(reinterpret_cast<char*>(stats) + skip, reinterpret_cast<const char*>(&filled) + skip,
-                bytes - skip);
+    copy_stats_out(filled, stats);
   });
 }
 
@@ -91,10 +94,7 @@ tidepool_status tidepool_tag_stats(const char* tag, int device, tidepool_stats_t
   return guarded([&] {
     if (tag == nullptr) throw_null_argument("tidepool_tag_stats", "tag");
     if (stats == nullptr) throw_null_argument("tidepool_tag_stats", "stats");
-    if (stats->struct_size < sizeof(stats->struct_size)) {
-      throw tidepool::error(tidepool::error_code::invalid_argument,
-                            "tidepool_tag_stats: set stats->struct_size to sizeof(tidepool_stats_t)");
-    }
+    check_stats_size(*stats, "tidepool_tag_stats");
     check_device_exists(device);
     tidepool_stats_t filled{};
     filled.struct_size = sizeof(tidepool_stats_t);

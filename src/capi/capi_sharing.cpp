@@ -22,14 +22,6 @@ tidepool_sharing_options_t to_c(const tidepool::sharing_options& o) {
   return c;
 }
 
-void check_size(std::uint64_t size, const char* function) {
-  if (size < sizeof(std::uint64_t)) {
-    throw tidepool::error(tidepool::error_code::invalid_argument,
-                          fmt::format("{}: struct_size is {}; set it to sizeof(tidepool_sharing_options_t)", function,
-                                      size));
-  }
-}
-
 void check_flag(const char* name, std::int32_t value) {
   if (value != 0 && value != 1) {
     throw tidepool::error(tidepool::error_code::invalid_argument, fmt::format("{} is {}: expected 0 or 1", name, value));
@@ -44,7 +36,7 @@ tidepool_status tidepool_set_sharing_options(const tidepool_sharing_options_t* o
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_set_sharing_options", "options");
-    check_size(options->struct_size, "tidepool_set_sharing_options");
+    check_struct_size(options->struct_size, "tidepool_set_sharing_options", "tidepool_sharing_options_t");
     tidepool_sharing_options_t merged = to_c(tidepool::get_sharing_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof merged);
     std::memcpy(&merged, options, static_cast<std::size_t>(bytes));
@@ -66,7 +58,7 @@ tidepool_status tidepool_get_sharing_options(tidepool_sharing_options_t* options
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_get_sharing_options", "options");
-    check_size(options->struct_size, "tidepool_get_sharing_options");
+    check_struct_size(options->struct_size, "tidepool_get_sharing_options", "tidepool_sharing_options_t");
     const tidepool_sharing_options_t current = to_c(tidepool::get_sharing_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof current);
     const std::size_t skip = sizeof current.struct_size;
