@@ -19,6 +19,9 @@ void add_replay_command(CLI::App& app, int& exit_code);
 /// The allocators to replay (all when none are named), tidepool first; an unknown name is refused
 /// (tidepool::error) before any trace is read. Shared by `replay` and `view`.
 [[nodiscard]] std::vector<std::string> chosen_allocators(std::vector<std::string> allocators);
+/// Adds `--device sim|cuda` and `--allocators a,b,...` (the names chosen_allocators takes) to
+/// `command`. Shared by `replay` and `view`.
+void add_device_and_allocator_options(CLI::App& command, std::string& device, std::vector<std::string>& allocators);
 /// Reads the trace at `path` (rows larger than `capacity` refused, naming file and line), says on
 /// stderr when the file ends early, and refuses a trace with no rows. Shared by `replay` and `view`.
 [[nodiscard]] replay::trace read_trace_to_replay(const std::string& path, std::size_t capacity);

@@ -81,6 +81,17 @@ void run_replay(const replay_settings& settings) {
 
 }  // namespace
 
+void add_device_and_allocator_options(CLI::App& command, std::string& device, std::vector<std::string>& allocators) {
+  command.add_option("--device", device, "sim (a simulated H200) or cuda")
+      ->check(CLI::IsMember({"sim", "cuda"}))
+      ->capture_default_str();
+  command
+      .add_option("--allocators", allocators,
+                  fmt::format("comma-separated, from {} (default: all)", fmt::join(replay::allocator_names(), ",")))
+      ->delimiter(',')
+      ->allow_extra_args(false);  // "--allocators a,b TRACE" must leave TRACE to the traces
+}
+
 std::vector<std::string> chosen_allocators(std::vector<std::string> allocators) {
   const std::vector<std::string> known = replay::allocator_names();
   if (allocators.empty()) allocators = known;
@@ -120,14 +131,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   auto settings = std::make_shared<replay_settings>();
   auto* command = app.add_subcommand("replay", "Replay RMM allocation logs against tidepool and today's allocators");
   command->add_option("traces", settings->traces, "RMM replay logs (CSV, plain or gzip)")->required();
-  command->add_option("--device", settings->device, "sim (a simulated H200) or cuda")
-      ->check(CLI::IsMember({"sim", "cuda"}))
-      ->capture_default_str();
-  command
-      ->add_option("--allocators", settings->allocators,
-                   fmt::format("comma-separated, from {} (default: all)", fmt::join(replay::allocator_names(), ",")))
-      ->delimiter(',')
-      ->allow_extra_args(false);  // "--allocators a,b TRACE" must leave TRACE to the traces
+  add_device_and_allocator_options(*command, settings->device, settings->allocators);
   command->add_flag("--json", settings->json, "print one JSON array instead of tables");
   command
       ->add_option("--passes", settings->passes,

@@ -7,11 +7,9 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "device_choice.hpp"
-#include "replay/replay_allocator.hpp"
 #include "replay/replay_engine.hpp"
 #include "replay/report.hpp"
 #include "replay/trace_reader.hpp"
@@ -83,14 +81,7 @@ void add_view_command(CLI::App& app, int& exit_code) {
       "view", "Replay RMM allocation logs and write one self-contained HTML page of charts and tables");
   command->add_option("traces", settings->traces, "RMM replay logs (CSV, plain or gzip)")->required();
   command->add_option("-o,--output", settings->output, "the page to write (HTML)")->required();
-  command->add_option("--device", settings->device, "sim (a simulated H200) or cuda")
-      ->check(CLI::IsMember({"sim", "cuda"}))
-      ->capture_default_str();
-  command
-      ->add_option("--allocators", settings->allocators,
-                   fmt::format("comma-separated, from {} (default: all)", fmt::join(replay::allocator_names(), ",")))
-      ->delimiter(',')
-      ->allow_extra_args(false);
+  add_device_and_allocator_options(*command, settings->device, settings->allocators);
   command->add_flag("--json", settings->json, "also print the replay's JSON (as `tidepool replay --json`)");
   command->add_option("--passes", settings->passes, "replay each trace this many times (adds the steady state)")
       ->check(CLI::Range(1u, 1000u))
