@@ -13,6 +13,17 @@ MAX_BYTES = 2**63 - 1
 MAX_POINTER = 2**64 - 1
 
 
+def merged_options(kind, options, changes):
+    """`options` (a dict of the values in force) updated with `changes`; an option name it does not
+    have raises TypeError naming the known ones. `kind` names them in the message ("pool")."""
+    unknown = set(changes) - set(options)
+    if unknown:
+        raise TypeError(f"unknown {kind} options: {', '.join(sorted(unknown))}; "
+                        f"known: {', '.join(sorted(options))}")
+    options.update(changes)
+    return options
+
+
 def integer(function, name, value, minimum=0, maximum=MAX_BYTES, what="an integer"):
     """`value` as an int, or TypeError (not an integer: floats too, even 1.5e6 or 2.0) or
     InvalidArgumentError, a ValueError (outside [minimum, maximum])."""

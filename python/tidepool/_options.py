@@ -34,12 +34,7 @@ def set_pool_options(**changes):
     by default: a cap, smaller holds less only where a workload fragments past it and then pays
     driver calls in every step). Byte counts are ints from 0 up:
     anything else raises TypeError or InvalidArgumentError naming the option, and sets nothing."""
-    options = get_pool_options()
-    unknown = set(changes) - set(options)
-    if unknown:
-        raise TypeError(f"unknown pool options: {', '.join(sorted(unknown))}; "
-                        f"known: {', '.join(sorted(options))}")
-    options.update(changes)
+    options = _arguments.merged_options("pool", get_pool_options(), changes)
     fn = "set_pool_options"
     raw = _library.CPoolOptions(struct_size=ctypes.sizeof(_library.CPoolOptions))
     byte_cap = _arguments.byte_count(fn, "byte_cap", options["byte_cap"], allow_none=True)

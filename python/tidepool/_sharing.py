@@ -24,12 +24,7 @@ def set_sharing_options(**changes):
     every GPU's ledger), gives (False: never hand memory to other processes, still ask them),
     wait_ms (how long one out-of-memory path waits for the others' answers, in all; 0 to 60000).
     Environment defaults: TIDEPOOL_SHARING, TIDEPOOL_SHARING_GIVES, TIDEPOOL_SHARING_WAIT_MS."""
-    options = get_sharing_options()
-    unknown = set(changes) - set(options)
-    if unknown:
-        raise TypeError(f"unknown sharing options: {', '.join(sorted(unknown))}; "
-                        f"known: {', '.join(sorted(options))}")
-    options.update(changes)
+    options = _arguments.merged_options("sharing", get_sharing_options(), changes)
     fn = "set_sharing_options"
     for flag in ("enabled", "gives"):
         if not isinstance(options[flag], bool):
