@@ -208,8 +208,8 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
       });
     }
     if (total != 0) {
-      // The pinned buffer outlives the wake for the next sleep: pinning costs about 0.5 s per GiB on
-      // the H200, the copy itself about 20 ms (docs/RESULTS.md, section 10).
+      // The pinned buffer outlives the wake for the next sleep: pinning host memory costs many times
+      // what the copy does (docs/RESULTS.md, section 10), and a trainer sleeps the same tag often.
       if (host_copy_ != nullptr && host_copy_capacity_ < total) drop_host_copy();
       if (host_copy_ == nullptr) {
         const driver_status status = calls_.host_alloc(total, &host_copy_);

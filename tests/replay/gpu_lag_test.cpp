@@ -2,8 +2,8 @@
 // shows: tidepool's footprint on a recorded training loop is the same whether the GPU keeps up or
 // runs tens of milliseconds behind, as on the H200, where a block freed on the stream stays that
 // stream's until an event completes. Before growth joined the request stream's own free blocks,
-// the same loop held 1.083x its peak with the GPU keeping up and 1.139x with it behind (the H200
-// measured 1.139).
+// the loop held more with the GPU behind than with it keeping up, as it did on the H200 (the
+// figures are in docs/RESULTS.md, section 0).
 #include <gtest/gtest.h>
 
 #include <memory>
