@@ -17,6 +17,7 @@
 namespace tidepool::detail {
 
 class arena;
+class thread_cache;
 struct address_range;
 
 /// What a block is now.
@@ -28,6 +29,7 @@ enum class block_state : std::uint8_t {
   busy,           ///< taken out of every index by a slow path that is working on it
   moving,         ///< being handed from one stream slot to slot 0 (make_global)
   parked,         ///< freed, kept whole as its stream's last free for a same-size reuse
+  lent,           ///< in a thread's cache (thread_cache.hpp): handed out by it, or waiting there
   dead,           ///< back in the slab
 };
 
@@ -48,6 +50,7 @@ struct block {
   std::uint64_t freed_tick = 0;     ///< free_mapped: coarse time of the free (decay release)
   address_range* range = nullptr;
   arena* owner_arena = nullptr;
+  thread_cache* lent_to = nullptr;  ///< lent: the cache that holds it
 
   [[nodiscard]] device_address end() const noexcept { return address + size; }
 };

@@ -26,6 +26,7 @@ block_description::status status_of(block_state state) noexcept {
 
 pool_description pool_impl::describe() {
   std::lock_guard guard(lock_);
+  take_back_lent(true);  // blocks in threads' caches are shown as what they are to the program
   flush_parked();  // a parked block is free: show it so (and let it join its neighbours)
   pool_description d;
   d.stats = stats_locked();

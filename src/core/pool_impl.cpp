@@ -68,6 +68,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
   }
   const release_policy& policy = options_.release;
   automatic_release_ = policy.immediate || policy.max_cached_bytes != no_limit || policy.decay.count() > 0;
+  link_->pool.store(this, std::memory_order_release);  // threads' caches reach the pool through it
 }
 
 bool pool_impl::frees_done(void* self, std::uint32_t slot, std::uint64_t sequence) {
@@ -81,6 +82,11 @@ bool pool_impl::frees_done(void* self, std::uint32_t slot, std::uint64_t sequenc
 }
 
 pool_impl::~pool_impl() {
+  {
+    // Threads ending from here on leave their caches alone (the blocks go with the arenas).
+    std::lock_guard link_guard(link_->mutex);
+    link_->pool.store(nullptr, std::memory_order_release);
+  }
   std::lock_guard guard(lock_);
   try {
     // Nothing is unmapped under queued work; no event goes on a user stream (it may be gone).
@@ -126,6 +132,8 @@ void pool_impl::forget_stream(stream_t stream) {
   std::lock_guard guard(lock_);
   stream_state* s = streams_.find(stream);
   if (s == nullptr || s->stream == nullptr) return;  // unknown, or the legacy stream (never destroyed)
+  // Threads' caches reuse a block on the handle it was freed on, which may name a new stream now.
+  take_back_lent(true, s->slot);
   if (block* b = s->parked) {
     s->parked = nullptr;
     b->owner_arena->give_back(b, free_slot(*s, b->free_sequence), b->free_sequence, b->freed_tick);
@@ -148,7 +156,7 @@ void pool_impl::throw_bad_pointer(const char* operation, const void* ptr) {
   for (const auto& a : arenas_) {
     const block* b = a->find_containing(address);
     if (b == nullptr) continue;
-    if (b->state == block_state::live) {
+    if (b->state == block_state::live || b->state == block_state::lent) {  // lent: handed out (flushed above)
       throw error(error_code::invalid_pointer,
                   fmt::format("tidepool: {} of {}: an interior pointer, {} bytes into the allocation at {:#x} "
                               "(device {})",
@@ -167,6 +175,7 @@ void pool_impl::record_stream(void* ptr, stream_t stream) {
   std::lock_guard guard(lock_);
   block* b = live_.find(address);
   if (b == nullptr) throw_bad_pointer("record_stream", ptr);
+  if (b->state == block_state::lent) take_back_handed_out(b, "record_stream", ptr);
   stream_state* s = streams_.find(stream);
   if (s == nullptr) s = &add_stream(stream);
   std::vector<stream_state*>& extra = extra_streams_[b];
@@ -223,12 +232,18 @@ std::size_t pool_impl::allocation_size(const void* ptr) {
   std::lock_guard guard(lock_);
   const block* b = live_.find(reinterpret_cast<device_address>(ptr));
   if (b == nullptr) throw_bad_pointer("allocation_size", ptr);
+  if (b->state == block_state::lent) {
+    std::size_t requested = 0;
+    if (!handed_out(*b, &requested)) throw_bad_pointer("allocation_size", ptr);
+    return requested;
+  }
   return b->requested;
 }
 
 bool pool_impl::owns(const void* ptr) {
   std::lock_guard guard(lock_);
-  return live_.find(reinterpret_cast<device_address>(ptr)) != nullptr;
+  const block* b = live_.find(reinterpret_cast<device_address>(ptr));
+  return b != nullptr && (b->state != block_state::lent || handed_out(*b, nullptr));
 }
 
 std::size_t pool_impl::available_bytes() {
@@ -248,18 +263,19 @@ pool_stats pool_impl::stats_locked() {
   s.requested_bytes = requested_;
   s.mapped_bytes = pages_.held_bytes();
   s.asleep_bytes = asleep_bytes_;
-  s.cached_bytes = s.mapped_bytes + asleep_bytes_ - in_use_;
   for (const auto& a : arenas_) s.reserved_address_bytes += a->reserved_bytes();
   s.peak_in_use_bytes = peak_in_use_;
   s.peak_requested_bytes = peak_requested_;
   s.peak_mapped_bytes = pages_.peak_held_bytes();
-  s.live_allocations = live_.size();
+  s.live_allocations = live_.size() - lent_count_;
   s.streams = streams_.size();
   s.allocations = allocations_;
   s.deallocations = deallocations_;
   s.out_of_memory_recoveries = recoveries_;
   s.released_bytes = pages_.released_bytes();
   s.driver = calls_.counts();
+  add_cache_figures(s);  // what threads' caches handed out, before cached is worked out
+  s.cached_bytes = s.mapped_bytes + asleep_bytes_ - s.in_use_bytes;
   return s;
 }
 

@@ -14,6 +14,8 @@
 //   release_policy.cpp   events that make frees safe for every stream, release, automatic release
 //   out_of_memory_path.cpp  reclaiming everywhere before giving up, and the report
 //   sleep_wake.cpp       handing every handle back while keeping addresses, and taking them again
+//   pool_thread_caches.cpp  blocks lent to threads' caches (thread_cache.hpp), which serve
+//                        same-size pairs of a contended thread before the lock
 #pragma once
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "core/page_table.hpp"
 #include "core/spin_lock.hpp"
 #include "core/stream_order.hpp"
+#include "core/thread_cache.hpp"
 #include "core/units.hpp"
 #include "tidepool/pool.hpp"
 
@@ -50,7 +53,16 @@ class pool_impl {
     if (bytes == 0 || bytes > device_total_) throw_invalid_size(bytes);
     const std::size_t size = round_up(bytes, block_alignment);
     arena& where = arena_for(size, hint);
-    std::lock_guard guard(lock_);
+    if (has_thread_caches_.load(std::memory_order_relaxed)) [[unlikely]] {
+      if (thread_cache* c = thread_cache_for(id_)) {
+        if (void* p = c->take(size, &where, cache_stream_key(stream), bytes)) return p;
+      }
+    }
+    const bool contended = lock_.lock_and_tell();
+    std::lock_guard guard(lock_, std::adopt_lock);
+    if (count_locked_call(contended) || options_.thread_caches == thread_cache_policy::always) [[unlikely]] {
+      give_this_thread_a_cache();
+    }
     if (asleep_) [[unlikely]] throw_asleep(bytes);
     stream_state* s = streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
@@ -82,8 +94,9 @@ class pool_impl {
     live_.insert(b->address, b);
     in_use_ += size;
     requested_ += bytes;
-    peak_in_use_ = std::max(peak_in_use_, in_use_);
-    peak_requested_ = std::max(peak_requested_, requested_);
+    // Blocks lent to threads' caches count as in use here: they may be handed out with no lock.
+    peak_in_use_ = std::max(peak_in_use_, in_use_ + lent_bytes_);
+    peak_requested_ = std::max(peak_requested_, requested_ + lent_bytes_);
     ++allocations_;
     if (recording_) [[unlikely]] note(recorded_event::kind::allocate, b->address, bytes, stream);
     if (automatic_release_) after_operation(false, *s);
@@ -93,11 +106,21 @@ class pool_impl {
   /// See tidepool::pool::deallocate.
   void deallocate(void* ptr, stream_t stream) {
     const auto address = reinterpret_cast<device_address>(ptr);
-    std::lock_guard guard(lock_);
+    if (has_thread_caches_.load(std::memory_order_relaxed)) [[unlikely]] {
+      if (thread_cache* c = thread_cache_for(id_); c != nullptr && c->give(address, cache_stream_key(stream))) return;
+    }
+    const bool contended = lock_.lock_and_tell();
+    std::lock_guard guard(lock_, std::adopt_lock);
+    if (count_locked_call(contended)) [[unlikely]] give_this_thread_a_cache();
     block* b = live_.find(address);
     if (b == nullptr) throw_bad_pointer("deallocate", ptr);
+    if (b->state == block_state::lent) [[unlikely]] take_back_handed_out(b, "deallocate", ptr);
     stream_state* s = streams_.find(stream);
     if (s == nullptr || b->owner != s->slot) s = &stream_for_free(*b, stream, s);
+    // Freed by a thread with a cache, on the stream it was allocated on: lent to that cache.
+    if (has_thread_caches_.load(std::memory_order_relaxed) && b->owner == s->slot && !b->has_extra_streams) [[unlikely]] {
+      if (lend(b, stream, *s)) return;
+    }
     const std::size_t requested = b->requested;
     // An event recorded now covers this free too (it gets the next number).
     if (s->record_due) (void)record_event(*s, free_sequence_ + 1);
@@ -134,6 +157,10 @@ class pool_impl {
   [[nodiscard]] std::size_t available_bytes();
   [[nodiscard]] pool_stats stats();
   void enable_peer_access(int peer_device);
+
+  // pool_thread_caches.cpp
+  /// Takes back every block of `cache`, whose thread is ending (thread_cache.cpp).
+  void take_back_cache(thread_cache& cache);
 
   // pool_describe.cpp
   [[nodiscard]] pool_description describe();
@@ -178,6 +205,30 @@ class pool_impl {
   void free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence);
   /// The figures, under the lock.
   [[nodiscard]] pool_stats stats_locked();
+
+  // pool_thread_caches.cpp (thread_cache.hpp)
+  /// Whether blocks may be lent now: not while recording, asleep, or releasing automatically.
+  [[nodiscard]] bool caches_allowed() const noexcept {
+    return options_.thread_caches != thread_cache_policy::never && !recording_ && !automatic_release_ && !asleep_;
+  }
+  /// Makes a cache for the calling thread if it has none and caches are allowed.
+  void give_this_thread_a_cache();
+  /// Lends live block `b`, freed by the calling thread on `stream` (state `s`, the stream it was
+  /// allocated on), to the thread's cache; false if the thread has none or it has no room.
+  bool lend(block* b, stream_t stream, stream_state& s);
+  /// Lent block `b`, named by the program in `operation` of `ptr`: handed out, it becomes an
+  /// ordinary live block again; waiting in its cache (a double free), throws as throw_bad_pointer.
+  void take_back_handed_out(block* b, const char* operation, const void* ptr);
+  /// Whether lent block `b` is handed out now, and for how many bytes.
+  [[nodiscard]] bool handed_out(const block& b, std::size_t* requested);
+  /// Takes blocks back from every cache: those waiting become free blocks of their stream (as if
+  /// freed now); with handed_out_too, the handed-out ones become ordinary live blocks. `only`:
+  /// just the blocks of that stream slot (0: all).
+  void take_back_lent(bool handed_out_too, std::uint32_t only = 0);
+  /// Entry `i` of `c` (whose lock the caller holds) back to the pool: see take_back_lent.
+  void take_back_entry(thread_cache& c, std::size_t i);
+  /// Adds what every cache handed out to `s` (stats).
+  void add_cache_figures(pool_stats& s);
 
   // sleep_wake.cpp
   [[noreturn]] void throw_asleep(std::size_t bytes) const;
@@ -277,6 +328,16 @@ class pool_impl {
   driver_status record_failure_ = driver_status::success;  // why record_event returned false last
   std::unordered_map<block*, std::vector<stream_state*>> extra_streams_;
   spin_lock lock_;
+
+  // Thread caches (pool_thread_caches.cpp): the caches of threads, blocks and bytes lent to them
+  // (lent blocks are neither in in_use_ nor free), and whether any thread has one (the fast paths
+  // look at their thread's cache only then).
+  const std::uint64_t id_ = next_pool_id();
+  std::shared_ptr<pool_link> link_ = std::make_shared<pool_link>();
+  std::vector<std::shared_ptr<thread_cache>> caches_;
+  std::atomic<bool> has_thread_caches_{false};
+  std::size_t lent_bytes_ = 0;
+  std::size_t lent_count_ = 0;
 
   bool virtual_memory_ = true;
   bool automatic_release_ = false;

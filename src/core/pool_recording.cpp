@@ -25,6 +25,7 @@ void pool_impl::start_recording(std::size_t notify_at, recording_full_fn on_full
     throw error(error_code::invalid_argument, fmt::format("tidepool: the pool of device {} records already", device_));
   }
   recorded_.clear();
+  take_back_lent(true);  // every allocation and free from here on takes the lock, which records it
   // The allocations live now come first, as allocations by no thread, so that every later free
   // names an allocation the recording holds.
   const recorded_event start = make_recorded_event(recorded_event::kind::allocate, 0, 0, 0);

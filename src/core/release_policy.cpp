@@ -116,6 +116,7 @@ void pool_impl::settle_stream(stream_state& s) {
 }
 
 void pool_impl::flush_parked() {
+  take_back_lent(false);  // blocks waiting in threads' caches are free blocks too
   streams_.for_each([](stream_state& s) {
     if (block* b = s.parked) {
       s.parked = nullptr;

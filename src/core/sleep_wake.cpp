@@ -174,6 +174,7 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
                 fmt::format("tidepool: sleep needs the virtual memory API, which device {} lacks", device_));
   }
   asleep_ = true;  // from here allocate() refuses
+  take_back_lent(true);  // and no thread's cache holds a block: live ones are copied below
   automatic_release_awake_ = automatic_release_;
   automatic_release_ = false;
   auto stay_awake = [&] {

@@ -36,6 +36,12 @@ class spin_lock {
     if (held_.exchange(1, std::memory_order_acquire) == 0) return;
     lock_contended();
   }
+  /// Takes the lock as lock() does; returns whether another thread held it when asked.
+  [[nodiscard]] bool lock_and_tell() noexcept {
+    if (held_.exchange(1, std::memory_order_acquire) == 0) return false;
+    lock_contended();
+    return true;
+  }
   /// Takes the lock if free; returns whether it did.
   [[nodiscard]] bool try_lock() noexcept {
     return held_.load(std::memory_order_relaxed) == 0 && held_.exchange(1, std::memory_order_acquire) == 0;

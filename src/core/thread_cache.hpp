@@ -1,0 +1,201 @@
+// Per-thread caches in front of the pool's lock: a thread that keeps finding the lock held
+// allocates and frees same-size blocks on its own, with no shared cache line touched.
+//
+// Why: one lock per device makes every allocate and free move the lock's cache line between
+// cores; two threads doing cached pairs ran at a sixth of one thread's rate (docs/RESULTS.md,
+// thread scaling). A thread cache holds a few blocks the pool has *lent* to one thread: in the
+// pool's books a lent block is neither live nor free (block_state::lent; it stays in the live map
+// so that a pointer to it is still found), and the thread hands it out and takes it back under a
+// lock of its own, which no other thread takes in the steady state.
+//
+// What a cache may hold, and when (pool_thread_caches.cpp does the pool's side):
+//   - Only when contended: a thread gets a cache for a pool once at least a sixteenth of its
+//     locked calls in a window found the lock held (pool_options::thread_caches). A program with
+//     one allocating thread never has one, so its placement and figures are exactly as without.
+//   - A block is lent when the thread frees it (on the stream it was allocated on, with no
+//     record_stream streams): it then waits in the cache for a request of exactly its size, arena
+//     and stream. Reuse on the stream it was freed on needs no event, as for the pool's own
+//     free blocks. At most `entries` blocks and `max_bytes` bytes, each at most `max_block`.
+//   - Every slow path gives the free ones back first (the pool's flush_parked): a cache miss that
+//     reaches the slow path, release(), the out-of-memory path, and anything that looks at free
+//     blocks; describe(), sleep, recording and forget_stream also take back the ones handed out.
+//     So a cache never keeps memory away from growth, release or a failing request.
+//   - Figures stay exact: stats() adds what each cache has handed out. Only the peaks count lent
+//     blocks as in use (an upper bound by at most the caches' free bytes).
+//
+// Locks: the pool's lock, then a cache's lock; a thread's own fast path takes its cache's lock
+// only, and never the pool's while holding it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "core/block.hpp"
+#include "core/spin_lock.hpp"
+#include "tidepool/driver.hpp"
+
+namespace tidepool::detail {
+
+class arena;
+class pool_impl;
+
+/// One block lent to a thread.
+struct lent_block {
+  block* lent = nullptr;
+  device_address address = 0;
+  std::size_t size = 0;
+  const arena* where = nullptr;
+  stream_t stream = nullptr;   ///< the handle it is reused on (the legacy stream as nullptr)
+  std::size_t requested = 0;   ///< while handed out: bytes asked for
+  bool handed_out = false;
+};
+
+/// The blocks one thread holds for one pool, and what it handed out of them.
+class thread_cache {
+ public:
+  static constexpr std::size_t entries = 8;
+  static constexpr std::size_t max_bytes = std::size_t{64} << 20;
+  static constexpr std::size_t max_block = std::size_t{32} << 20;
+
+  /// A lent block of exactly `size` bytes of arena `where` waiting on `stream`, handed out for
+  /// `requested` bytes; nullptr if none.
+  void* take(std::size_t size, const arena* where, stream_t stream, std::size_t requested) noexcept {
+    std::lock_guard guard(lock_);
+    for (std::size_t i = 0; i < count_; ++i) {
+      lent_block& e = blocks_[i];
+      if (e.handed_out || e.size != size || e.where != where || e.stream != stream) continue;
+      e.handed_out = true;
+      e.requested = requested;
+      out_bytes_ += size;
+      out_requested_ += requested;
+      ++out_count_;
+      ++allocations_;
+      return reinterpret_cast<void*>(e.address);
+    }
+    return nullptr;
+  }
+  /// Takes back the handed-out block at `address` freed on `stream`; false (nothing changed) if
+  /// this cache did not hand it out or it was handed out for another stream.
+  bool give(device_address address, stream_t stream) noexcept {
+    std::lock_guard guard(lock_);
+    for (std::size_t i = 0; i < count_; ++i) {
+      lent_block& e = blocks_[i];
+      if (e.address != address || !e.handed_out) continue;
+      if (e.stream != stream) return false;
+      e.handed_out = false;
+      out_bytes_ -= e.size;
+      out_requested_ -= e.requested;
+      --out_count_;
+      ++deallocations_;
+      return true;
+    }
+    return false;
+  }
+
+  // --- the pool's side, under the pool's lock and lock() ---
+  spin_lock& lock() noexcept { return lock_; }
+  [[nodiscard]] std::size_t count() const noexcept { return count_; }
+  [[nodiscard]] lent_block& at(std::size_t i) noexcept { return blocks_[i]; }
+  [[nodiscard]] std::size_t lent_bytes() const noexcept { return lent_bytes_; }
+  /// Whether a block of `size` more bytes fits (entries and bytes).
+  [[nodiscard]] bool has_room(std::size_t size) const noexcept {
+    return count_ < entries && lent_bytes_ + size <= max_bytes;
+  }
+  void add(const lent_block& e) noexcept {
+    blocks_[count_++] = e;
+    lent_bytes_ += e.size;
+  }
+  /// Removes entry `i` (the last one moves into its place); a handed-out one leaves the counts.
+  void remove(std::size_t i) noexcept {
+    const lent_block& e = blocks_[i];
+    lent_bytes_ -= e.size;
+    if (e.handed_out) {
+      out_bytes_ -= e.size;
+      out_requested_ -= e.requested;
+      --out_count_;
+    }
+    blocks_[i] = blocks_[--count_];
+  }
+  /// What this cache handed out and has not taken back, and its allocate/free counts so far.
+  struct figures {
+    std::size_t out_bytes = 0, out_requested = 0, out_count = 0;
+    std::uint64_t allocations = 0, deallocations = 0;
+  };
+  [[nodiscard]] figures counts() const noexcept {
+    return {out_bytes_, out_requested_, out_count_, allocations_, deallocations_};
+  }
+
+ private:
+  spin_lock lock_;
+  std::array<lent_block, entries> blocks_{};
+  std::size_t count_ = 0;
+  std::size_t lent_bytes_ = 0;
+  std::size_t out_bytes_ = 0, out_requested_ = 0, out_count_ = 0;
+  std::uint64_t allocations_ = 0, deallocations_ = 0;
+};
+
+/// What a thread that exits must reach: the pool, while it lives. The pool clears `pool` in its
+/// destructor under `mutex`; a thread ending takes `mutex`, then the pool's lock. A thread making
+/// a cache under another pool's lock only reads `pool` (atomic) to drop slots of dead pools, and
+/// never takes a link's mutex there (that order, a pool's lock then a link's mutex, could close a
+/// cycle with threads ending).
+struct pool_link {
+  std::mutex mutex;
+  std::atomic<pool_impl*> pool{nullptr};
+};
+
+/// The calling thread's caches, trivially destructible so that the fast path reads it with no
+/// guard (initial-exec TLS: a load at a fixed offset from the thread pointer).
+struct thread_cache_slots {
+  static constexpr std::size_t pools = 4;  ///< pools a thread keeps caches for
+  static constexpr std::uint32_t window = 256;   ///< locked calls per contention window
+  static constexpr std::uint32_t contended_to_cache = 16;  ///< of them found the lock held: a cache
+
+  std::array<std::uint64_t, pools> pool_ids{};  ///< 0: empty
+  std::array<thread_cache*, pools> caches{};
+  std::uint32_t locked_calls = 0;
+  std::uint32_t contended_calls = 0;
+  bool exiting = false;  ///< the thread's caches went back: never make one again
+};
+
+extern constinit thread_local thread_cache_slots this_thread_caches __attribute__((tls_model("initial-exec")));
+
+/// The calling thread's cache for the pool numbered `pool_id`, or nullptr.
+[[nodiscard]] inline thread_cache* thread_cache_for(std::uint64_t pool_id) noexcept {
+  thread_cache_slots& t = this_thread_caches;
+  for (std::size_t i = 0; i < thread_cache_slots::pools; ++i) {
+    if (t.pool_ids[i] == pool_id) return t.caches[i];
+  }
+  return nullptr;
+}
+
+/// Counts one locked call of the calling thread; true when a window just ended with enough of
+/// them contended that the thread should have a cache.
+[[nodiscard]] inline bool count_locked_call(bool contended) noexcept {
+  thread_cache_slots& t = this_thread_caches;
+  t.contended_calls += contended ? 1u : 0u;
+  if (++t.locked_calls < thread_cache_slots::window) return false;
+  const bool hot = t.contended_calls >= thread_cache_slots::contended_to_cache;
+  t.locked_calls = 0;
+  t.contended_calls = 0;
+  return hot;
+}
+
+/// Gives the calling thread a cache for `pool` (numbered `pool_id`, reached through `link`):
+/// registers it in the thread's slots and in the thread's list that gives every cache back to its
+/// pool when the thread ends. Returns nullptr when the thread has no free slot or is exiting.
+std::shared_ptr<thread_cache> add_thread_cache(std::uint64_t pool_id, const std::shared_ptr<pool_link>& link);
+
+/// A number for a new pool, never reused (0 is never handed out).
+[[nodiscard]] std::uint64_t next_pool_id() noexcept;
+
+/// Normalizes a stream handle as the caches compare it: CU_STREAM_LEGACY (0x1) is nullptr.
+[[nodiscard]] inline stream_t cache_stream_key(stream_t stream) noexcept {
+  return reinterpret_cast<std::uintptr_t>(stream) == 0x1 ? nullptr : stream;
+}
+
+}  // namespace tidepool::detail
