@@ -15,7 +15,8 @@
 // granules begin and end (repair_worthwhile, remap_split): a block that outlives its neighbours
 // then pins its own granules, not the rest of a large handle. A block covering three quarters or
 // more keeps the handle whole: it pins at most a quarter of a 64 MiB handle (16 MiB, less than one
-// 20 MiB page of PyTorch's expandable segments), and the same shapes coming back cost nothing.
+// 20 MiB page of PyTorch's expandable segments), and the same shapes coming back cost nothing. So
+// does a block that touches every granule of the handle: it pins the whole handle by itself.
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
 // known complete (the pool queries the covering event), and otherwise leaves the handle whole.
@@ -114,6 +115,10 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   const device_address to = std::min(h.at + h.size, end);
   const std::size_t covered = to > from ? to - from : 0;
   if (4 * covered >= 3 * h.size) return false;
+  // A block that touches every granule of the handle pins all of it while it lives, split or not:
+  // the split would only give its edge granules handles of their own, for neighbours that might
+  // outlive it, at the price of an unmap, a release and a handle per piece.
+  if (round_down(start, granularity_) <= h.at && round_up(end, granularity_) >= h.at + h.size) return false;
   // And the handle safe to unmap: c free for every stream, or c the request's own stream's and
   // its frees known complete (one event query; a block freed a moment ago by a stream whose GPU
   // work is still queued keeps its handle whole).

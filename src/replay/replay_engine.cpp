@@ -182,6 +182,7 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
     pass_counts -= pass_before;
     p.driver_calls = pass_counts.memory_calls();
     p.driver_us = pass_counts.memory_us();
+    p.by_kind = pass_counts;
     r.peak_live_bytes = std::max(r.peak_live_bytes, p.peak_live_bytes);
     r.peak_held_bytes = std::max(r.peak_held_bytes, p.peak_held_bytes);
     r.passes.push_back(p);

@@ -40,6 +40,9 @@ struct pass_result {
   std::size_t peak_held_bytes = 0;  ///< most bytes held at once during the pass
   std::uint64_t driver_calls = 0;   ///< memory calls made during the pass
   double driver_us = 0;             ///< their modelled (sim) or measured (cuda) time
+  /// Every driver call of the pass by kind (create, map, set access, unmap, release, ...): where
+  /// the driver time goes.
+  driver_call_counts by_kind{};
 
   [[nodiscard]] double held_ratio() const noexcept {
     return peak_live_bytes == 0 ? 0.0 : static_cast<double>(peak_held_bytes) / static_cast<double>(peak_live_bytes);

@@ -31,7 +31,8 @@ namespace tidepool::replay {
 /// process_used_after_release_bytes (null where unknown), released_bytes (what release() said it
 /// returned), cached_end_bytes, largest_free_end_bytes, releasable_end_bytes (before the release;
 /// null for allocators that cannot describe themselves: all but tidepool), passes (one object per pass: peak_live_bytes,
-/// peak_held_bytes, held_ratio, driver_calls, driver_us), first_pass and steady_state (the same keys;
+/// peak_held_bytes, held_ratio, driver_calls, driver_us, driver_by_kind: {kind: {calls, us}} for each
+/// call that moves memory, e.g. "mem_create"), first_pass and steady_state (the same keys;
 /// the steady state is the worst pass after the first, or the first when there is one).
 [[nodiscard]] std::string format_json(const std::vector<replay_result>& results);
 

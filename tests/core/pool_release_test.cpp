@@ -187,5 +187,35 @@ TEST(PoolRelease, ABlockCarvedWhileItsStreamsFreeIsQueuedLeavesTheHandleWhole) {
   EXPECT_EQ(carve_from_own_free(1000.0, 8 * MiB).held_after_release, 64 * MiB);
 }
 
+// A block that touches every granule of a large handle it cuts keeps the handle whole, though it
+// covers less than three quarters of it: it pins the whole handle while it lives either way, and
+// a split would cost an unmap, a release and two new handles.
+TEST(PoolRelease, ABlockTouchingEveryGranuleOfAHandleLeavesItWhole) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  auto handles_of = [&](std::size_t size) {
+    std::size_t n = 0;
+    for (const handle_description& h : p.describe().handles) n += h.size == size ? 1 : 0;
+    return n;
+  };
+  void* x = checker.allocate(3 * MiB / 2);   // granule 0, one granule handle
+  void* y = checker.allocate(11 * MiB / 2);  // from 1.5 MiB to 7: a 4 MiB handle (granules 1-2), the end granule's own
+  ASSERT_EQ(handles_of(4 * MiB), 1u);
+  checker.free(y);
+  sim->run_until_idle();
+  const std::uint64_t unmaps = p.stats().driver.of(driver_call::mem_unmap);
+  void* z = checker.allocate(3 * MiB);  // from 1.5 MiB to 4.5: 2.5 MiB of the 4 MiB handle, both its granules
+  EXPECT_EQ(p.stats().driver.of(driver_call::mem_unmap), unmaps);
+  EXPECT_EQ(handles_of(4 * MiB), 1u);
+  checker.check();
+  checker.free(z);
+  checker.free(x);
+  sim->run_until_idle();
+  (void)p.release();
+  checker.check();
+  EXPECT_EQ(p.stats().mapped_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace tidepool::testing

@@ -1,5 +1,6 @@
 // Replay end to end on small traces: the figures of each allocator, failures counted not thrown,
 // allocations live at the end left allocated, and the JSON report's keys.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -112,6 +113,31 @@ TEST(ReplayReport, JsonHasOneObjectPerTraceAndAllocatorWithEveryKey) {
   EXPECT_EQ(json[1]["allocator"], "cupy");
   EXPECT_EQ(json[0]["peak_held_bytes"].get<std::size_t>(), 102 * MiB);
   EXPECT_EQ(json[0]["held_after_release_bytes"].get<std::size_t>(), 2 * MiB);
+}
+
+TEST(ReplayReport, BreaksEachPassesDriverCallsIntoKinds) {
+  const trace t = small_trace();
+  const replay_result r = replay_trace(t, "expandable", std::make_shared<sim_driver>());
+  const nlohmann::json json = nlohmann::json::parse(format_json({r}));
+  const nlohmann::json& kinds = json[0]["first_pass"]["driver_by_kind"];
+  std::uint64_t calls = 0;
+  double us = 0;
+  for (const auto& [name, k] : kinds.items()) {
+    calls += k["calls"].get<std::uint64_t>();
+    us += k["us"].get<double>();
+  }
+  // Every call of the pass is in one kind, and an expandable segment grows by create, map, set access.
+  EXPECT_EQ(calls, json[0]["first_pass"]["driver_calls"].get<std::uint64_t>());
+  EXPECT_NEAR(us, json[0]["first_pass"]["driver_us"].get<double>(), 1e-6);
+  EXPECT_GT(kinds["mem_create"]["calls"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(kinds["mem_create"]["calls"], kinds["mem_map"]["calls"]);
+  EXPECT_EQ(kinds["mem_map"]["calls"], kinds["mem_set_access"]["calls"]);
+  const std::string table = format_table(summarize(t), {r});
+  const std::size_t line = table.find("expandable first-pass driver calls: ");
+  ASSERT_NE(line, std::string::npos) << table;
+  EXPECT_NE(table.find(fmt::format("mem_create {} (", kinds["mem_create"]["calls"].get<std::uint64_t>()), line),
+            std::string::npos)
+      << table;
 }
 
 TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
