@@ -69,6 +69,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
   const release_policy& policy = options_.release;
   automatic_release_ = policy.immediate || policy.max_cached_bytes != no_limit || policy.decay.count() > 0;
   link_->pool.store(this, std::memory_order_release);  // threads' caches reach the pool through it
+  caching_threads_ = options_.thread_caches == thread_cache_policy::always;
 }
 
 bool pool_impl::frees_done(void* self, std::uint32_t slot, std::uint64_t sequence) {

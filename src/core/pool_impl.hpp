@@ -60,9 +60,7 @@ class pool_impl {
     }
     const bool contended = lock_.lock_and_tell();
     std::lock_guard guard(lock_, std::adopt_lock);
-    if (count_locked_call(contended) || options_.thread_caches == thread_cache_policy::always) [[unlikely]] {
-      give_this_thread_a_cache();
-    }
+    note_locked_call(contended);
     if (asleep_) [[unlikely]] throw_asleep(bytes);
     stream_state* s = streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
@@ -111,7 +109,7 @@ class pool_impl {
     }
     const bool contended = lock_.lock_and_tell();
     std::lock_guard guard(lock_, std::adopt_lock);
-    if (count_locked_call(contended)) [[unlikely]] give_this_thread_a_cache();
+    note_locked_call(contended);
     block* b = live_.find(address);
     if (b == nullptr) throw_bad_pointer("deallocate", ptr);
     if (b->state == block_state::lent) [[unlikely]] take_back_handed_out(b, "deallocate", ptr);
@@ -211,6 +209,15 @@ class pool_impl {
   [[nodiscard]] bool caches_allowed() const noexcept {
     return options_.thread_caches != thread_cache_policy::never && !recording_ && !automatic_release_ && !asleep_;
   }
+  /// Counts a locked allocate or free (`contended`: the lock was held when asked) in the
+  /// contention window; once the pool is contended (or with thread_cache_policy::always), gives
+  /// the calling thread a cache if it has none.
+  void note_locked_call(bool contended) {
+    window_contended_ += contended ? 1u : 0u;
+    if (++window_calls_ == contention_window::calls) [[unlikely]] end_contention_window();
+    if (caching_threads_) [[unlikely]] give_this_thread_a_cache();
+  }
+  void end_contention_window() noexcept;
   /// Makes a cache for the calling thread if it has none and caches are allowed.
   void give_this_thread_a_cache();
   /// Lends live block `b`, freed by the calling thread on `stream` (state `s`, the stream it was
@@ -338,6 +345,9 @@ class pool_impl {
   std::atomic<bool> has_thread_caches_{false};
   std::size_t lent_bytes_ = 0;
   std::size_t lent_count_ = 0;
+  std::uint32_t window_calls_ = 0;      // locked calls in the contention window so far
+  std::uint32_t window_contended_ = 0;  // of them, found the lock held
+  bool caching_threads_ = false;        // threads taking the lock get caches (set once contended)
 
   bool virtual_memory_ = true;
   bool automatic_release_ = false;

@@ -8,6 +8,15 @@
 
 namespace tidepool::detail {
 
+void pool_impl::end_contention_window() noexcept {
+  if (window_contended_ >= contention_window::contended_to_cache &&
+      options_.thread_caches == thread_cache_policy::when_contended) {
+    caching_threads_ = true;
+  }
+  window_calls_ = 0;
+  window_contended_ = 0;
+}
+
 void pool_impl::give_this_thread_a_cache() {
   if (!caches_allowed() || thread_cache_for(id_) != nullptr) return;
   std::shared_ptr<thread_cache> cache = add_thread_cache(id_, link_);

@@ -2,6 +2,7 @@
 // and the list that hands every cache back to its pool when the thread ends.
 #include "core/thread_cache.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 #include <vector>
@@ -10,7 +11,7 @@
 
 namespace tidepool::detail {
 
-constinit thread_local thread_cache_slots this_thread_caches __attribute__((tls_model("initial-exec")));
+constinit thread_local thread_cache_slots this_thread_caches;
 
 namespace {
 
@@ -60,6 +61,10 @@ class thread_cache_owner {
   std::size_t drop_dead_pools() {
     thread_cache_slots& t = this_thread_caches;
     std::size_t free_slot = thread_cache_slots::pools;
+    const bool any_dead = std::any_of(owned_.begin(), owned_.end(), [](const owned& o) {
+      return o.link->pool.load(std::memory_order_acquire) == nullptr;
+    });
+    if (!any_dead) return free_slot;  // a thread with caches for four live pools: no allocation here
     std::vector<owned> alive;
     for (owned& o : owned_) {
       if (o.link->pool.load(std::memory_order_acquire) != nullptr) {

@@ -9,9 +9,10 @@
 // lock of its own, which no other thread takes in the steady state.
 //
 // What a cache may hold, and when (pool_thread_caches.cpp does the pool's side):
-//   - Only when contended: a thread gets a cache for a pool once at least a sixteenth of its
-//     locked calls in a window found the lock held (pool_options::thread_caches). A program with
-//     one allocating thread never has one, so its placement and figures are exactly as without.
+//   - Only when contended: once at least a sixteenth of a window of a pool's locked calls found
+//     the lock held, each thread that takes the pool's lock from then on gets a cache
+//     (pool_options::thread_caches). A program with one allocating thread never has one, so its
+//     placement and figures are exactly as without.
 //   - A block is lent when the thread frees it (on the stream it was allocated on, with no
 //     record_stream streams): it then waits in the cache for a request of exactly its size, arena
 //     and stream. Reuse on the stream it was freed on needs no event, as for the pool's own
@@ -149,20 +150,18 @@ struct pool_link {
 };
 
 /// The calling thread's caches, trivially destructible so that the fast path reads it with no
-/// guard (initial-exec TLS: a load at a fixed offset from the thread pointer).
+/// guard. The default TLS model: a library that Python loads with dlopen cannot count on static
+/// TLS room (initial-exec failed there with "cannot allocate memory in static TLS block"); the fast
+/// paths read it only once their pool has caches.
 struct thread_cache_slots {
   static constexpr std::size_t pools = 4;  ///< pools a thread keeps caches for
-  static constexpr std::uint32_t window = 256;   ///< locked calls per contention window
-  static constexpr std::uint32_t contended_to_cache = 16;  ///< of them found the lock held: a cache
 
   std::array<std::uint64_t, pools> pool_ids{};  ///< 0: empty
   std::array<thread_cache*, pools> caches{};
-  std::uint32_t locked_calls = 0;
-  std::uint32_t contended_calls = 0;
   bool exiting = false;  ///< the thread's caches went back: never make one again
 };
 
-extern constinit thread_local thread_cache_slots this_thread_caches __attribute__((tls_model("initial-exec")));
+extern constinit thread_local thread_cache_slots this_thread_caches;
 
 /// The calling thread's cache for the pool numbered `pool_id`, or nullptr.
 [[nodiscard]] inline thread_cache* thread_cache_for(std::uint64_t pool_id) noexcept {
@@ -173,17 +172,12 @@ extern constinit thread_local thread_cache_slots this_thread_caches __attribute_
   return nullptr;
 }
 
-/// Counts one locked call of the calling thread; true when a window just ended with enough of
-/// them contended that the thread should have a cache.
-[[nodiscard]] inline bool count_locked_call(bool contended) noexcept {
-  thread_cache_slots& t = this_thread_caches;
-  t.contended_calls += contended ? 1u : 0u;
-  if (++t.locked_calls < thread_cache_slots::window) return false;
-  const bool hot = t.contended_calls >= thread_cache_slots::contended_to_cache;
-  t.locked_calls = 0;
-  t.contended_calls = 0;
-  return hot;
-}
+/// When a pool starts giving its threads caches: of a window of its locked calls, how many found
+/// the lock held (the pool's own counts, under its lock: no per-thread state on the fast path).
+struct contention_window {
+  static constexpr std::uint32_t calls = 256;
+  static constexpr std::uint32_t contended_to_cache = 16;
+};
 
 /// Gives the calling thread a cache for `pool` (numbered `pool_id`, reached through `link`):
 /// registers it in the thread's slots and in the thread's list that gives every cache back to its
