@@ -190,7 +190,9 @@ bool arena::remap_split(std::uint32_t id, address_range& range, const std::array
   unmapped_from = 0;
   if (pages_.unmap(id) != driver_status::success) return false;
   unmapped_from = h.at;
-  (void)pages_.release(id);  // a failed release is kept by the page table and retried by release()
+  // A failed release is kept by the page table (still held) and retried by release(); no pieces
+  // are made then, or the pool would hold the handle twice over, past a byte cap.
+  if (pages_.release(id) != driver_status::success) return false;
   device_address from = h.at;
   for (unsigned i = 0; i <= splits.size(); ++i) {
     const device_address to = i < splits.size() ? splits[i] : h.at + h.size;

@@ -15,11 +15,13 @@ namespace {
 
 // `coverage`: also expect that each kind of event happened (a run of a few hundred operations,
 // as a short time limit under a sanitizer gives, may miss one).
-stress_result run_stress_on_sim(const stress_options& so, bool coverage = true) {
+stress_result run_stress_on_sim(const stress_options& so, bool coverage = true,
+                                thread_cache_policy caches = thread_cache_policy::when_contended) {
   const int threads = so.threads;
   sim_config config = small_device(2048 * MiB);
   auto sim = std::make_shared<sim_driver>(config);
   pool_options options;
+  options.thread_caches = caches;
   // About what the threads hold at once (320 MiB for 8): out of memory is frequent.
   options.byte_cap = static_cast<std::size_t>(threads) * 40 * MiB;
   pool p(sim, 0, options);
@@ -72,6 +74,16 @@ stress_options with_threads(int threads) {
 }
 
 TEST(PoolStress, EightThreadsFourStreamsEach) { run_stress_on_sim(stress_options_from_environment(with_threads(8))); }
+
+// Every thread with a cache from its first call, and sizes that repeat (12 of them, 256 B-64 MiB),
+// so blocks wait in threads' caches while others free them, record_stream them, forget their
+// streams, run out of memory and release.
+TEST(PoolStress, EightThreadsWithThreadCachesAndRepeatedSizes) {
+  stress_options so = stress_options_from_environment(with_threads(8), 200);
+  so.size_classes = 12;
+  const stress_result r = run_stress_on_sim(so, true, thread_cache_policy::always);
+  EXPECT_GT(r.most_thread_caches, 0u);
+}
 
 // Two threads: fewer collisions, more of each thread's own stream reuse and out-of-memory retries.
 TEST(PoolStress, TwoThreads) { run_stress_on_sim(stress_options_from_environment(with_threads(2), 100)); }

@@ -116,6 +116,9 @@ struct stress_options {
   int max_live_per_thread = 8;
   std::size_t min_bytes = 256;
   std::size_t max_bytes = std::size_t{64} << 20;
+  /// Positive: sizes come from this many fixed sizes (log-spaced over min..max), so that sizes
+  /// repeat as in a program's loop (what per-thread caches serve); 0: any size in the range.
+  int size_classes = 0;
   std::uint64_t seed = 1;
   /// On: a thread calls release(), stats() and the backend's tick() every `observer_period`.
   /// Off: the same steps run inline every 16th operation of thread 0 (deterministic with 1 thread).
@@ -145,6 +148,7 @@ struct stress_result {
   std::uint64_t corrupted = 0;       ///< blocks whose pattern was not intact at their free
   std::uint64_t bad_errors = 0;      ///< exceptions that were neither of the above (or had no message)
   std::uint64_t peak_live_blocks = 0;  ///< the most blocks the program held at once
+  std::uint64_t most_thread_caches = 0;  ///< the most threads with a cache the observer saw (pool_stats::thread_caches)
   std::vector<std::uint64_t> operations;  ///< operations each thread did
   bool stopped_by_time = false;           ///< the time limit ended the run before the operation count
   double seconds = 0;                     ///< the run's wall time
@@ -182,14 +186,14 @@ inline void print_stress_result(const char* where, const stress_options& so, con
   }
   std::printf("stress %s: %d threads, %llu operations in %.1f s (%s; per thread: %s): %llu allocations, %llu frees "
               "(%llu handed to another thread, %llu by the reclaim hook), %llu out of memory, %llu record_stream, "
-              "%llu streams recreated, %llu observer rounds, at most %llu blocks live\n",
+              "%llu streams recreated, %llu observer rounds, at most %llu blocks live, at most %llu thread caches\n",
               where, so.threads, static_cast<unsigned long long>(total), r.seconds,
               r.stopped_by_time ? "stopped by the time limit" : "every operation done", per_thread.c_str(),
               static_cast<unsigned long long>(r.allocations), static_cast<unsigned long long>(r.deallocations),
               static_cast<unsigned long long>(r.handed_over), static_cast<unsigned long long>(r.freed_by_hook),
               static_cast<unsigned long long>(r.out_of_memory), static_cast<unsigned long long>(r.recorded),
               static_cast<unsigned long long>(r.streams_recreated), static_cast<unsigned long long>(r.observer_rounds),
-              static_cast<unsigned long long>(r.peak_live_blocks));
+              static_cast<unsigned long long>(r.peak_live_blocks), static_cast<unsigned long long>(r.most_thread_caches));
   std::fflush(stdout);
 }
 
@@ -265,6 +269,7 @@ class stress_workload {
     r.corrupted = corrupted_;
     r.bad_errors = bad_errors_;
     r.peak_live_blocks = peak_live_;
+    r.most_thread_caches = most_thread_caches_;
     for (const auto& n : operations_) r.operations.push_back(n.load());
     r.stopped_by_time = stopped_by_time_;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -342,7 +347,11 @@ class stress_workload {
   std::size_t random_size(std::mt19937_64& rng) const {
     const double lo = std::log2(static_cast<double>(options_.min_bytes));
     const double hi = std::log2(static_cast<double>(options_.max_bytes));
-    const double e = std::uniform_real_distribution<double>(lo, hi)(rng);
+    double e = std::uniform_real_distribution<double>(lo, hi)(rng);
+    if (options_.size_classes > 1) {
+      const auto k = static_cast<double>(rng() % static_cast<std::uint64_t>(options_.size_classes));
+      e = lo + (hi - lo) * k / static_cast<double>(options_.size_classes - 1);
+    }
     return std::clamp(static_cast<std::size_t>(std::exp2(e)), options_.min_bytes, options_.max_bytes);
   }
 
@@ -415,6 +424,7 @@ class stress_workload {
     ++observer_rounds_;
     try {
       const pool_stats s = pool_.stats();
+      most_thread_caches_ = std::max<std::uint64_t>(most_thread_caches_, s.thread_caches);
       if (s.in_use_bytes + s.cached_bytes != s.mapped_bytes || s.requested_bytes > s.in_use_bytes ||
           s.mapped_bytes > pool_.options().byte_cap) {
         ++observer_errors_;
@@ -584,6 +594,7 @@ class stress_workload {
       handed_over_{0}, recorded_{0}, streams_recreated_{0}, freed_by_hook_{0}, observer_rounds_{0}, corrupted_{0},
       bad_errors_{0}, observer_errors_{0};
   std::atomic<std::size_t> live_count_{0}, live_bytes_{0}, peak_live_{0};
+  std::uint64_t most_thread_caches_ = 0;  // the observer's (read after it is joined)
   std::vector<std::atomic<std::uint64_t>> operations_;
   std::chrono::steady_clock::time_point start_, deadline_;
   std::atomic<bool> stopped_by_time_{false};
