@@ -24,6 +24,15 @@ pool_options cached_from_the_first_call() {
 
 std::uint64_t total_calls(const sim_driver& sim) { return sim.call_counts().total_calls(); }
 
+// A block of `bytes` freed into the calling thread's cache and handed out by it again.
+void* handed_out_by_the_cache(pool& p, std::size_t bytes, stream_t stream = nullptr) {
+  void* first = p.allocate(bytes, stream);
+  p.deallocate(first, stream);
+  void* again = p.allocate(bytes, stream);
+  EXPECT_EQ(again, first) << "the cache did not hand the block out again";
+  return again;
+}
+
 // A freed block waits in its thread's cache and comes back for the next request of its size, with
 // no driver call, and the figures count it as cached while it waits.
 TEST(PoolThreadCache, AFreedBlockComesBackForTheSameSizeWithExactFigures) {
@@ -85,10 +94,7 @@ TEST(PoolThreadCache, ADoubleFreeOfACachedBlockIsNamedAndLosesNothing) {
 TEST(PoolThreadCache, AnInteriorPointerOfAHandedOutBlockIsNamedSo) {
   auto sim = std::make_shared<sim_driver>(small_device());
   pool p(sim, 0, cached_from_the_first_call());
-  void* a = p.allocate(64 * KiB);
-  p.deallocate(a);
-  void* b = p.allocate(64 * KiB);  // from the cache
-  ASSERT_EQ(a, b);
+  void* b = handed_out_by_the_cache(p, 64 * KiB);
   try {
     p.deallocate(static_cast<char*>(b) + 256);
     ADD_FAILURE() << "an interior pointer was freed";
@@ -106,10 +112,7 @@ TEST(PoolThreadCache, ABlockHandedOutByOneThreadIsFreedByAnother) {
   pool p(sim, 0, cached_from_the_first_call());
   pool_checker check(*sim, p);
   void* kept = check.allocate(300 * KiB);
-  void* a = p.allocate(300 * KiB);
-  p.deallocate(a);
-  void* b = p.allocate(300 * KiB);  // handed out by this thread's cache
-  ASSERT_EQ(a, b);
+  void* b = handed_out_by_the_cache(p, 300 * KiB);
   std::thread other([&] {
     p.deallocate(b);
     void* c = p.allocate(300 * KiB);  // the other thread's own cache now has room for it
@@ -135,10 +138,7 @@ TEST(PoolThreadCache, ABlockFreedOnAnotherStreamIsNotReusedBeforeThatStreamsWork
   ASSERT_EQ(sim->stream_create(0, &one), driver_status::success);
   ASSERT_EQ(sim->stream_create(0, &two), driver_status::success);
   pool p(sim, 0, cached_from_the_first_call());
-  void* a = p.allocate(128 * KiB, one);
-  p.deallocate(a, one);
-  void* b = p.allocate(128 * KiB, one);  // from the cache
-  ASSERT_EQ(a, b);
+  void* b = handed_out_by_the_cache(p, 128 * KiB, one);
   sim->launch(0, two, 1000.0, reinterpret_cast<device_address>(b), 128 * KiB);
   p.deallocate(b, two);
   void* c = p.allocate(128 * KiB, one);
@@ -219,10 +219,7 @@ TEST(PoolThreadCache, AThreadsEndGivesItsCacheBack) {
   void* handed_out = nullptr;
   std::thread worker([&] {
     for (int i = 0; i < 10; ++i) p.deallocate(p.allocate(64 * KiB));
-    void* x = p.allocate(128 * KiB);
-    p.deallocate(x);
-    handed_out = p.allocate(128 * KiB);  // from the cache: still live when the thread ends
-    EXPECT_EQ(handed_out, x);
+    handed_out = handed_out_by_the_cache(p, 128 * KiB);  // still live when the thread ends
   });
   worker.join();
   pool_stats s = p.stats();
@@ -264,9 +261,7 @@ TEST(PoolThreadCache, APoolDestroyedBeforeItsThreadsEndIsLeftAlone) {
 TEST(PoolThreadCache, RecordingSeesEveryCallWhileCachesHoldBlocks) {
   auto sim = std::make_shared<sim_driver>(small_device());
   pool p(sim, 0, cached_from_the_first_call());
-  void* a = p.allocate(64 * KiB);
-  p.deallocate(a);
-  void* held = p.allocate(64 * KiB);  // handed out by the cache
+  void* held = handed_out_by_the_cache(p, 64 * KiB);
   p.start_recording(1000, nullptr, nullptr);
   for (int i = 0; i < 5; ++i) p.deallocate(p.allocate(32 * KiB));
   p.deallocate(held);
