@@ -88,7 +88,8 @@ std::string caches_text(const std::vector<std::optional<std::size_t>>& caches) {
   std::string text;
   for (const auto& c : caches) {
     if (!c) return {};
-    text += (text.empty() ? "" : "+") + std::to_string(*c);
+    if (!text.empty()) text += '+';
+    text += std::to_string(*c);
   }
   return text;
 }
