@@ -12,11 +12,13 @@
 # soak (the stress test, 8 threads x 4 streams under a byte cap, against the real driver, for
 # SOAK_SECONDS, default 240, or SOAK_OPS operations per thread, default 1000000, whichever ends
 # first; then every check, and a line of progress every 10 s in LOG_DIR/soak.txt) and
-# thread-scaling (~70 s: bench/thread_scaling_bench on sim with the machine's cores, then
-# `tidepool_compare_bench threads`: tidepool, cudaMallocAsync and PyTorch's allocator from 1-16 C++
-# threads on one GPU, and a cached allocation's latency beside another thread's 2 GiB allocation,
-# then bench/gpu/thread_scaling.py: tidepool beside PyTorch from Python threads on one and two GPUs,
-# the two-GPU rows skipped, and said so, on a machine of one) and
+# thread-scaling (~70 s, ~85 s with two GPUs: bench/thread_scaling_bench on sim with the machine's
+# cores, then `tidepool_compare_bench threads`: tidepool, cudaMallocAsync and PyTorch's allocator
+# from 1-16 C++ threads on one GPU, and a cached allocation's latency beside another thread's 2 GiB
+# allocation, then the pairs again with the threads spread over GPUs 0 and 1, and tidepool's
+# thread caches per thread count; then bench/gpu/thread_scaling.py: tidepool beside PyTorch from
+# Python threads on one and two GPUs; the two-GPU rows of both skipped, and said so, on a machine
+# of one) and
 # sleep-wake (bench/gpu/sleep_wake.py: sleep and wake of SLEEP_WAKE_GIB GiB of tensors, default
 # "1 8 32", beside doing it by hand with plain PyTorch; issue 13).
 set -uo pipefail

@@ -1,6 +1,7 @@
 // async_pool_allocator.cpp: cudaMallocAsync's pool as the benchmark's baseline, through the
 // driver API (cuMemAllocAsync / cuMemFreeAsync on the default memory pool), with the release
-// threshold raised so the pool keeps its memory between calls, as users configure it.
+// threshold raised so the pool keeps its memory between calls, as users configure it. One per
+// device: the device's default pool and a stream of its primary context (current while it is made).
 #include <stdexcept>
 
 #include "compare_allocator.hpp"
@@ -14,8 +15,10 @@ using gpu_test::cu;
 
 class async_pool_allocator final : public compare_allocator {
  public:
-  async_pool_allocator() {
-    check(cu().cuDeviceGetDefaultMemPool(&pool_, 0), "cuDeviceGetDefaultMemPool");
+  explicit async_pool_allocator(int device) {
+    CUdevice dev = 0;
+    check(cu().cuDeviceGet(&dev, device), "cuDeviceGet");
+    check(cu().cuDeviceGetDefaultMemPool(&pool_, dev), "cuDeviceGetDefaultMemPool");
     cuuint64_t keep = ~cuuint64_t{0};
     check(cu().cuMemPoolSetAttribute(pool_, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep), "release threshold");
     check(cu().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
@@ -40,7 +43,7 @@ class async_pool_allocator final : public compare_allocator {
   CUstream stream_ = nullptr;
 };
 
-const register_allocator registered(1, [] { return std::make_unique<async_pool_allocator>(); });
+const register_allocator registered(1, [](int device) { return std::make_unique<async_pool_allocator>(device); });
 
 }  // namespace
 }  // namespace tidepool::bench

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     auto drv = tidepool::make_cuda_driver();
     tidepool::gpu_test::make_current(*drv);
     for (const auto& [order, make] : registry) {
-      auto allocator = make();
+      auto allocator = make(0);
       names.push_back(allocator->name());
       for (const workload& w : workloads) {
         const double ns = w.unit == "pair" ? run_pairs(*allocator, w) : run_mix(*allocator, w);
