@@ -83,10 +83,25 @@ typedef struct tidepool_stats_t {
   uint64_t driver_calls;            /**< driver calls that move memory, made by this pool */
   double driver_microseconds;       /**< their time (measured on cuda, modelled on sim) */
   uint64_t asleep_bytes;            /**< handed back by sleep, mapped again by wake (0 awake) */
+  uint64_t thread_caches;           /**< threads with a cache of their own in front of the pool's
+                                         lock (tidepool_pool_options_t.thread_caches) */
 } tidepool_stats_t;
 
+/** When a thread allocating from a pool gets a small cache of its own in front of the pool's lock
+ *  (tidepool::thread_cache_policy): at most 8 blocks and 64 MiB, same-size frees and allocations
+ *  served with no lock shared with other threads, figures exact (only the peaks count the blocks
+ *  waiting in a cache as in use), every block taken back by release, the out-of-memory path and a
+ *  thread's end. Never while recording or with an automatic release policy. */
+typedef enum tidepool_thread_caches {
+  TIDEPOOL_THREAD_CACHES_WHEN_CONTENDED = 0, /**< the default: once the pool's lock is contended
+                                                  (a program with one allocating thread never) */
+  TIDEPOOL_THREAD_CACHES_ALWAYS = 1,         /**< from each thread's first call */
+  TIDEPOOL_THREAD_CACHES_NEVER = 2,          /**< every call takes the pool's lock */
+  TIDEPOOL_THREAD_CACHES_MAX_ENUM = 0x7FFFFFFF  /**< not a policy: keeps the type int-sized */
+} tidepool_thread_caches;
+
 /** Options of the pools made from now on (tidepool::pool_options). Set struct_size to
- *  sizeof(tidepool_pool_options_t); fields past the caller's struct keep their defaults. */
+ *  sizeof(tidepool_pool_options_t); fields past the caller's struct keep the values in force. */
 typedef struct tidepool_pool_options_t {
   uint64_t struct_size;
   uint64_t byte_cap;              /**< never map more than this (UINT64_MAX: no cap) */
@@ -100,6 +115,8 @@ typedef struct tidepool_pool_options_t {
   double growth_slack;            /**< growth budget: held memory may pass peak in use by this
                                        fraction before free handles are moved instead of new ones
                                        made (tidepool::pool_options::growth_slack; default 0.5) */
+  int32_t thread_caches;          /**< a tidepool_thread_caches (default WHEN_CONTENDED) */
+  int32_t reserved2_;             /**< zero */
 } tidepool_pool_options_t;
 
 /** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return

@@ -45,6 +45,7 @@ class CStats(ctypes.Structure):
         ("driver_calls", ctypes.c_uint64),
         ("driver_microseconds", ctypes.c_double),
         ("asleep_bytes", ctypes.c_uint64),
+        ("thread_caches", ctypes.c_uint64),
     ]
 
 
@@ -62,6 +63,8 @@ class CPoolOptions(ctypes.Structure):
         ("immediate_release", ctypes.c_int32),
         ("reserved_", ctypes.c_int32),
         ("growth_slack", ctypes.c_double),
+        ("thread_caches", ctypes.c_int32),
+        ("reserved2_", ctypes.c_int32),
     ]
 
 

@@ -1,11 +1,29 @@
 """tidepool.set_pool_options(): the options pools are made with (byte cap, headroom, release
-policy), over tidepool_set_default_pool_options; set before the first allocation."""
+policy, growth slack, thread caches), over tidepool_set_default_pool_options; set before the first
+allocation."""
 
 import ctypes
 
-from . import _arguments, _library
+from . import _arguments, _errors, _library
 
 _NO_LIMIT = 2**64 - 1
+
+# tidepool_thread_caches (c_api.h): when a thread gets a cache of its own in front of a pool's lock.
+_THREAD_CACHES = {"when_contended": 0, "always": 1, "never": 2}
+_THREAD_CACHES_NAMES = {value: name for name, value in _THREAD_CACHES.items()}
+
+
+def _thread_caches(function, value):
+    """The C value of a thread_caches option: "when_contended", "always" or "never"."""
+    choices = ", ".join(repr(name) for name in _THREAD_CACHES)
+    if not isinstance(value, str):
+        raise TypeError(f"tidepool.{function}: thread_caches must be one of {choices}, not "
+                        f"{type(value).__name__} {value!r}")
+    if value not in _THREAD_CACHES:
+        raise _errors.InvalidArgumentError(
+            _errors.INVALID_ARGUMENT,
+            f"tidepool.{function}: thread_caches is {value!r}: expected one of {choices}")
+    return _THREAD_CACHES[value]
 
 
 def get_pool_options():
@@ -21,6 +39,7 @@ def get_pool_options():
         "address_range_bytes": raw.address_range_bytes,
         "immediate_release": bool(raw.immediate_release),
         "growth_slack": raw.growth_slack,
+        "thread_caches": _THREAD_CACHES_NAMES.get(raw.thread_caches, raw.thread_caches),
     }
 
 
@@ -32,8 +51,14 @@ def set_pool_options(**changes):
     go back; 0: never), address_range_bytes, immediate_release (bool), growth_slack (how far held
     memory may pass peak in use before the pool moves free pages instead of making new ones; 0.5
     by default: a cap, smaller holds less only where a workload fragments past it and then pays
-    driver calls in every step). Byte counts are ints from 0 up:
-    anything else raises TypeError or InvalidArgumentError naming the option, and sets nothing."""
+    driver calls in every step), thread_caches (when a thread allocating from a pool gets a small
+    cache of its own in front of the pool's lock, at most 8 blocks and 64 MiB that its same-size
+    frees and allocations reuse without the lock: "when_contended", the default, once threads keep
+    finding the lock held, so a program with one allocating thread never has one; "always", from
+    each thread's first call; "never"; while a thread has one, only the peaks count the blocks
+    waiting in it as in use, and stats().thread_caches says how many threads have one). Byte counts
+    are ints from 0 up: anything else raises TypeError or InvalidArgumentError (a ValueError)
+    naming the option, and sets nothing."""
     options = _arguments.merged_options("pool", get_pool_options(), changes)
     fn = "set_pool_options"
     raw = _library.CPoolOptions(struct_size=ctypes.sizeof(_library.CPoolOptions))
@@ -54,4 +79,5 @@ def set_pool_options(**changes):
                         f"{options['immediate_release']!r}")
     raw.immediate_release = 1 if options["immediate_release"] else 0
     raw.growth_slack = _arguments.real(fn, "growth_slack", options["growth_slack"])
+    raw.thread_caches = _thread_caches(fn, options["thread_caches"])
     _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))

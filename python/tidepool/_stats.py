@@ -10,7 +10,9 @@ from ._release import format_bytes, opened_devices
 
 @dataclasses.dataclass(frozen=True)
 class Stats:
-    """The figures of one device's pool (all zero where no pool was made)."""
+    """The figures of one device's pool (all zero where no pool was made). thread_caches: threads
+    with a cache of their own in front of the pool's lock (set_pool_options(thread_caches=...));
+    the other figures count what those caches handed out, so they stay exact."""
 
     device: int
     in_use_bytes: int
@@ -29,6 +31,7 @@ class Stats:
     driver_calls: int
     driver_microseconds: float
     asleep_bytes: int = 0
+    thread_caches: int = 0
 
 
 def stats(device=0):

@@ -16,6 +16,29 @@
 namespace tidepool::detail {
 namespace {
 
+// The C enum's values are fixed by the ABI; the C++ enum's order is not, so each is named here.
+std::int32_t to_c_thread_caches(thread_cache_policy p) {
+  switch (p) {
+    case thread_cache_policy::when_contended: return TIDEPOOL_THREAD_CACHES_WHEN_CONTENDED;
+    case thread_cache_policy::always: return TIDEPOOL_THREAD_CACHES_ALWAYS;
+    case thread_cache_policy::never: return TIDEPOOL_THREAD_CACHES_NEVER;
+  }
+  return TIDEPOOL_THREAD_CACHES_WHEN_CONTENDED;
+}
+
+thread_cache_policy from_c_thread_caches(std::int32_t value) {
+  switch (value) {
+    case TIDEPOOL_THREAD_CACHES_WHEN_CONTENDED: return thread_cache_policy::when_contended;
+    case TIDEPOOL_THREAD_CACHES_ALWAYS: return thread_cache_policy::always;
+    case TIDEPOOL_THREAD_CACHES_NEVER: return thread_cache_policy::never;
+    default: break;
+  }
+  throw error(error_code::invalid_argument,
+              fmt::format("thread_caches is {}: expected TIDEPOOL_THREAD_CACHES_WHEN_CONTENDED (0), "
+                          "TIDEPOOL_THREAD_CACHES_ALWAYS (1) or TIDEPOOL_THREAD_CACHES_NEVER (2)",
+                          value));
+}
+
 tidepool_pool_options_t to_c_options(const pool_options& o) {
   tidepool_pool_options_t c{};
   c.struct_size = sizeof(tidepool_pool_options_t);
@@ -27,6 +50,7 @@ tidepool_pool_options_t to_c_options(const pool_options& o) {
   c.address_range_bytes = o.address_range_bytes;
   c.immediate_release = o.release.immediate ? 1 : 0;
   c.growth_slack = o.growth_slack;
+  c.thread_caches = to_c_thread_caches(o.thread_caches);
   return c;
 }
 
@@ -65,6 +89,7 @@ pool_options from_c_options(const tidepool_pool_options_t& c) {
                 fmt::format("growth_slack is {}: expected a number from 0 up", c.growth_slack));
   }
   pool_options o;
+  o.thread_caches = from_c_thread_caches(c.thread_caches);
   o.growth_slack = c.growth_slack;
   o.byte_cap = static_cast<std::size_t>(c.byte_cap);
   o.headroom = static_cast<std::size_t>(c.headroom);

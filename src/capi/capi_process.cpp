@@ -34,6 +34,7 @@ tidepool_stats_t to_c_stats(const pool_stats& s) {
   c.driver_calls = s.driver.memory_calls();
   c.driver_microseconds = s.driver.memory_us();
   c.asleep_bytes = s.asleep_bytes;
+  c.thread_caches = s.thread_caches;
   return c;
 }
 
