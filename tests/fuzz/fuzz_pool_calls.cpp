@@ -89,6 +89,7 @@ class session {
     if (b & 8) o.max_cached_bytes = 8 * MiB;
     if (b & 16) o.small_size_threshold = 64 * 1024;
     if (b & 32) o.growth_slack = 0.0;
+    if (b & 64) o.thread_caches = TIDEPOOL_THREAD_CACHES_ALWAYS;  // frees and reuses through the thread's cache
     if (tidepool_set_default_pool_options(&o) != TIDEPOOL_SUCCESS) fail("set options");
   }
 
