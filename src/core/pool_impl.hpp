@@ -1,6 +1,7 @@
 // pool_impl: the pool of one device. It owns the four arenas (small and large, each for scratch
 // and for persistent requests), the page table, the map of live allocations, the streams and the
-// figures, all under one lock.
+// figures, all under one lock; the blocks it lends to threads' caches (thread_cache.hpp) are
+// handed out and taken back under each cache's own lock.
 //
 // Fast paths (allocate/deallocate of cached memory) are inline here: validate, take the lock,
 // find the stream (cached), take or give back a block in its arena, update the map and the
