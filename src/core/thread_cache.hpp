@@ -2,7 +2,7 @@
 // allocates and frees same-size blocks on its own, with no shared cache line touched.
 //
 // Why: one lock per device makes every allocate and free move the lock's cache line between
-// cores; two threads doing cached pairs ran at a sixth of one thread's rate (docs/RESULTS.md,
+// cores, so two threads doing cached pairs together ran slower than one alone (docs/RESULTS.md,
 // thread scaling). A thread cache holds a few blocks the pool has *lent* to one thread: in the
 // pool's books a lent block is neither live nor free (block_state::lent; it stays in the live map
 // so that a pointer to it is still found), and the thread hands it out and takes it back under a
