@@ -43,7 +43,9 @@ std::size_t split_fields(std::string_view row, std::array<std::string_view, 7>& 
 
 template <typename T>
 bool parse_unsigned(std::string_view text, int base, T& out) {
-  if (text.empty()) return false;
+  // from_chars takes a minus sign for a signed T: a time of "-10:51:50" was read as negative, and
+  // written back in a form the reader refuses.
+  if (text.empty() || text.front() == '-') return false;
   const auto* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, out, base);
   return ec == std::errc{} && ptr == end;

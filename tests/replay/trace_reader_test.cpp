@@ -92,6 +92,15 @@ TEST(TraceReader, RejectsTimesTooLargeToCount) {
             std::string::npos);
 }
 
+// Negative hours, minutes or seconds (found by fuzz_trace_reader: read as a negative time, which
+// the writer then wrote as "-9:-8:-9.-690309" and the reader refused on reading it back).
+TEST(TraceReader, RejectsNegativeTimes) {
+  EXPECT_NE(read_error(header + "0,-10:51:50.309691,allocate,0x1,8,0x0\n").find(":2: bad time"), std::string::npos);
+  EXPECT_NE(read_error(header + "0,10:-5:50.0,allocate,0x1,8,0x0\n").find(":2: bad time"), std::string::npos);
+  EXPECT_NE(read_error(header + "0,-3.5,allocate,0x1,8,0x0\n").find(":2: bad time"), std::string::npos);
+  EXPECT_NE(read_error(header + "-1,0.0,allocate,0x1,8,0x0\n").find(":2: bad thread"), std::string::npos);
+}
+
 TEST(TraceReader, RejectsAnUnknownAction) {
   EXPECT_NE(read_error(header + "0,0.0,allocate,0x1,8,0x0\n0,0.0,realloc,0x1,8,0x0\n").find(":3: unknown action \"realloc\""),
             std::string::npos);
