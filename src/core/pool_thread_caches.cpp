@@ -3,6 +3,7 @@
 // stream forgotten, a thread ending, a pointer named by another thread), and their figures.
 // Everything here runs under the pool's lock; a cache's lock is taken inside it.
 #include <mutex>
+#include <new>
 
 #include "core/pool_impl.hpp"
 
@@ -19,9 +20,16 @@ void pool_impl::end_contention_window() noexcept {
 
 void pool_impl::give_this_thread_a_cache() {
   if (!caches_allowed() || thread_cache_for(id_) != nullptr) return;
-  std::shared_ptr<thread_cache> cache = add_thread_cache(id_, link_);
-  if (!cache) return;  // the thread keeps caches for other pools already, or is ending
-  caches_.push_back(std::move(cache));
+  // A cache is optional: a thread that cannot have one (no heap left, caches for four other pools
+  // already, or ending) goes on through the lock, and the call that asked fails for nothing.
+  try {
+    caches_.reserve(caches_.size() + 1);  // so that the push below cannot fail once the thread has it
+    std::shared_ptr<thread_cache> cache = add_thread_cache(id_, link_);
+    if (!cache) return;
+    caches_.push_back(std::move(cache));
+  } catch (const std::bad_alloc&) {
+    return;
+  }
   has_thread_caches_.store(true, std::memory_order_relaxed);
 }
 
