@@ -38,7 +38,7 @@ bool pool_impl::lend(block* b, stream_t stream, stream_state& s) {
   thread_cache* c = thread_cache_for(id_);
   if (c == nullptr) return false;
   std::lock_guard cache_guard(c->lock());
-  // Full: the oldest block waiting there makes room (handed-out ones stay).
+  // Full: blocks waiting there make room, in the order they sit (handed-out ones stay).
   for (std::size_t i = 0; i < c->count() && !c->has_room(b->size);) {
     if (c->at(i).handed_out) {
       ++i;
