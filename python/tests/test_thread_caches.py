@@ -94,13 +94,19 @@ def test_thread_caches_round_trips_and_bad_values_are_refused_and_set_nothing():
     assert lines[11] == "True"
 
 
-def test_python_threads_get_caches_with_always_and_figures_are_exact_after_they_end():
-    out = run_script(textwrap.dedent("""
+def _run_workers(policy):
+    """The output lines of _WORKERS run with set_pool_options(thread_caches=policy)."""
+    out = run_script(textwrap.dedent(f"""
         import tidepool
-        tidepool.set_pool_options(thread_caches="always")
+        tidepool.set_pool_options(thread_caches="{policy}")
     """) + textwrap.dedent(_WORKERS))
     lines = _lines(out)
     assert lines[0] == "[]"
+    return lines
+
+
+def test_python_threads_get_caches_with_always_and_figures_are_exact_after_they_end():
+    lines = _run_workers("always")
     threads, rounds, kib = 4, 200, 1024
     kept = sum((i + 1) * 96 * kib for i in range(threads))
     # Every worker has a cache while it lives; only the kept blocks are live.
@@ -111,12 +117,7 @@ def test_python_threads_get_caches_with_always_and_figures_are_exact_after_they_
 
 
 def test_python_threads_get_no_cache_with_never():
-    out = run_script(textwrap.dedent("""
-        import tidepool
-        tidepool.set_pool_options(thread_caches="never")
-    """) + textwrap.dedent(_WORKERS))
-    lines = _lines(out)
-    assert lines[0] == "[]"
+    lines = _run_workers("never")
     assert lines[1].split()[0] == "0"
     assert lines[2] == f"0 0 0 {4 * 201} {4 * 201} True"
     assert lines[3] == "0 True 0"
