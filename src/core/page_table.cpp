@@ -81,13 +81,11 @@ driver_status page_table::release(std::uint32_t id) {
   return driver_status::success;
 }
 
-driver_status page_table::retry_unreleased(std::size_t& released) {
-  std::vector<std::uint32_t> retry;
-  retry.swap(unreleased_);
+driver_status page_table::release_all(const std::vector<std::uint32_t>& ids, std::size_t& released) {
   driver_status first_failure = driver_status::success;
-  for (std::uint32_t id : retry) {
+  for (std::uint32_t id : ids) {
     const std::size_t size = handles_[id].size;
-    const driver_status status = release(id);  // a failure puts it back on the list
+    const driver_status status = release(id);  // a failure is kept on the unreleased list
     if (status == driver_status::success) {
       released += size;
     } else if (first_failure == driver_status::success) {
@@ -95,6 +93,12 @@ driver_status page_table::retry_unreleased(std::size_t& released) {
     }
   }
   return first_failure;
+}
+
+driver_status page_table::retry_unreleased(std::size_t& released) {
+  std::vector<std::uint32_t> retry;
+  retry.swap(unreleased_);
+  return release_all(retry, released);
 }
 
 std::size_t page_table::unreleased_bytes() const noexcept {

@@ -57,8 +57,10 @@ class page_table {
   /// fails is kept (still held, covering nothing) and tried again by retry_unreleased, so no
   /// caller can lose it, whichever path unmapped it.
   driver_status release(std::uint32_t id);
-  /// Tries again every handle whose release failed; adds the bytes that went back to `released`
-  /// and returns the first failure (those handles stay kept).
+  /// Releases the unmapped handles `ids` (as release() does each); adds the bytes that went back
+  /// to `released` and returns the first failure (the handles that failed stay kept).
+  driver_status release_all(const std::vector<std::uint32_t>& ids, std::size_t& released);
+  /// Tries again every handle whose release failed: release_all over them.
   driver_status retry_unreleased(std::size_t& released);
   [[nodiscard]] bool has_unreleased() const noexcept { return !unreleased_.empty(); }
   [[nodiscard]] std::size_t unreleased_bytes() const noexcept;

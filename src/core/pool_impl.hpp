@@ -300,9 +300,6 @@ class pool_impl {
   /// free segments) until `want` bytes went back (at_most: never more than `want`), from arena
   /// `only` if given, else from all; returns the bytes handed back.
   std::size_t release_free(std::size_t want, std::uint64_t freed_by, arena* only = nullptr, bool at_most = false);
-  /// Releases the unmapped handles `ids`; a handle whose mem_release fails stays with the page
-  /// table for the next attempt. Returns the bytes released and the first failure.
-  driver_status release_handles(const std::vector<std::uint32_t>& ids, std::size_t& released);
   /// release_free in steps of 64 MiB, passing the lock to sleeping waiters between them.
   std::size_t release_in_steps(std::size_t want, std::uint64_t freed_by);
   // Automatic release after an allocation or a free (`freed`) on stream `s`.

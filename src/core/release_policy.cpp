@@ -265,7 +265,7 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, ar
     std::size_t room = at_most ? left : everything;
     ids.clear();
     const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids, everything);
-    const driver_status status = release_handles(ids, released);
+    const driver_status status = pages_.release_all(ids, released);
     if (status != driver_status::success) {
       throw error(error_code::driver_failure,
                   fmt::format("tidepool: mem_release failed on device {}: {}", device_, to_string(status)));
@@ -286,19 +286,6 @@ std::size_t pool_impl::release() {
   return release_in_steps(everything, any_tick);
 }
 
-driver_status pool_impl::release_handles(const std::vector<std::uint32_t>& ids, std::size_t& released) {
-  driver_status first_failure = driver_status::success;
-  for (std::uint32_t id : ids) {
-    const std::size_t size = pages_.record(id).size;
-    const driver_status status = pages_.release(id);  // a failure is kept by the page table
-    if (status == driver_status::success) {
-      released += size;
-    } else if (first_failure == driver_status::success) {
-      first_failure = status;
-    }
-  }
-  return first_failure;
-}
 
 std::size_t pool_impl::release_in_steps(std::size_t want, std::uint64_t freed_by) {
   // Handing back GiBs takes tens of milliseconds of unmap and release calls (about 10 ms per GiB
