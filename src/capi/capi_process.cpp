@@ -2,8 +2,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <fmt/format.h>
-
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
 #include "process/process_state.hpp"
@@ -36,14 +34,6 @@ tidepool_stats_t to_c_stats(const pool_stats& s) {
   c.asleep_bytes = s.asleep_bytes;
   c.thread_caches = s.thread_caches;
   return c;
-}
-
-// A caller's stats struct must say how large it is.
-void check_stats_size(const tidepool_stats_t& stats, const char* function) {
-  if (stats.struct_size < sizeof(stats.struct_size)) {
-    throw tidepool::error(tidepool::error_code::invalid_argument,
-                          fmt::format("{}: set stats->struct_size to sizeof(tidepool_stats_t)", function));
-  }
 }
 
 // Copies `filled` into the caller's `stats`, no more than its struct_size says it holds; the
@@ -81,7 +71,7 @@ tidepool_status tidepool_stats(int device, tidepool_stats_t* stats) {
   using namespace tidepool::detail;
   return guarded([&] {
     if (stats == nullptr) throw_null_argument("tidepool_stats", "stats");
-    check_stats_size(*stats, "tidepool_stats");
+    check_struct_size(stats->struct_size, "tidepool_stats", "tidepool_stats_t");
     check_device_exists(device);
     tidepool_stats_t filled{};
     filled.struct_size = sizeof(tidepool_stats_t);
@@ -95,7 +85,7 @@ tidepool_status tidepool_tag_stats(const char* tag, int device, tidepool_stats_t
   return guarded([&] {
     if (tag == nullptr) throw_null_argument("tidepool_tag_stats", "tag");
     if (stats == nullptr) throw_null_argument("tidepool_tag_stats", "stats");
-    check_stats_size(*stats, "tidepool_tag_stats");
+    check_struct_size(stats->struct_size, "tidepool_tag_stats", "tidepool_stats_t");
     check_device_exists(device);
     tidepool_stats_t filled{};
     filled.struct_size = sizeof(tidepool_stats_t);
