@@ -78,6 +78,25 @@ enum class driver_call : std::uint8_t {
 };
 inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver_call::count_);
 
+/// Whether `call` moves memory (reserves, maps or hands back address space or physical memory):
+/// what driver_call_counts::memory_calls counts and a replay report breaks down.
+[[nodiscard]] constexpr bool moves_memory(driver_call call) noexcept {
+  switch (call) {
+    case driver_call::address_reserve:
+    case driver_call::address_free:
+    case driver_call::mem_create:
+    case driver_call::mem_release:
+    case driver_call::mem_map:
+    case driver_call::mem_set_access:
+    case driver_call::mem_unmap:
+    case driver_call::mem_alloc:
+    case driver_call::mem_free:
+      return true;
+    default:
+      return false;
+  }
+}
+
 /// Name of a call, e.g. "mem_create".
 [[nodiscard]] TIDEPOOL_API std::string_view to_string(driver_call call) noexcept;
 

@@ -58,26 +58,6 @@ std::string_view to_string(driver_call call) noexcept {
   return "unknown";
 }
 
-namespace {
-// The calls that move memory: what a replay report counts as driver work.
-bool moves_memory(std::size_t kind) noexcept {
-  switch (static_cast<driver_call>(kind)) {
-    case driver_call::address_reserve:
-    case driver_call::address_free:
-    case driver_call::mem_create:
-    case driver_call::mem_release:
-    case driver_call::mem_map:
-    case driver_call::mem_set_access:
-    case driver_call::mem_unmap:
-    case driver_call::mem_alloc:
-    case driver_call::mem_free:
-      return true;
-    default:
-      return false;
-  }
-}
-}  // namespace
-
 std::uint64_t driver_call_counts::total_calls() const noexcept {
   return std::accumulate(calls.begin(), calls.end(), std::uint64_t{0});
 }
@@ -89,7 +69,7 @@ double driver_call_counts::total_us() const noexcept {
 std::uint64_t driver_call_counts::memory_calls() const noexcept {
   std::uint64_t sum = 0;
   for (std::size_t k = 0; k < driver_call_kinds; ++k) {
-    if (moves_memory(k)) sum += calls[k];
+    if (moves_memory(static_cast<driver_call>(k))) sum += calls[k];
   }
   return sum;
 }
@@ -97,7 +77,7 @@ std::uint64_t driver_call_counts::memory_calls() const noexcept {
 double driver_call_counts::memory_us() const noexcept {
   double sum = 0;
   for (std::size_t k = 0; k < driver_call_kinds; ++k) {
-    if (moves_memory(k)) sum += microseconds[k];
+    if (moves_memory(static_cast<driver_call>(k))) sum += microseconds[k];
   }
   return sum;
 }

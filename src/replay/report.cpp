@@ -22,12 +22,21 @@ std::string format_bytes(std::size_t bytes) {
 }
 
 namespace {
-// The calls that move memory, in the order a handle's life makes them: the kinds a report breaks
-// driver calls into (driver_call_counts::memory_calls counts the same).
+// The calls that move memory (tidepool::moves_memory), in the order a handle's life makes them:
+// the kinds a report breaks driver calls into.
 constexpr std::array<driver_call, 9> memory_kinds = {
     driver_call::address_reserve, driver_call::mem_create, driver_call::mem_map,    driver_call::mem_set_access,
     driver_call::mem_unmap,       driver_call::mem_release, driver_call::address_free, driver_call::mem_alloc,
     driver_call::mem_free};
+constexpr bool lists_every_memory_call() {
+  std::size_t moving = 0;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) moving += moves_memory(static_cast<driver_call>(k)) ? 1 : 0;
+  for (driver_call k : memory_kinds) {
+    if (!moves_memory(k)) return false;
+  }
+  return moving == memory_kinds.size();
+}
+static_assert(lists_every_memory_call(), "memory_kinds must be the calls tidepool::moves_memory names");
 
 // "create 120 (1.5 ms), map 120 (0.2 ms), ...": the kinds with calls.
 std::string format_kinds(const driver_call_counts& c) {
