@@ -44,7 +44,8 @@ namespace tidepool::detail {
 class arena;
 class pool_impl;
 
-/// One block lent to a thread.
+/// One block lent to a thread. Its address and size are copies of the block's: the thread's fast
+/// path reads them under the cache's lock only, and the block's own fields belong to the pool's.
 struct lent_block {
   block* lent = nullptr;
   device_address address = 0;
