@@ -36,8 +36,16 @@ constexpr std::size_t preferred_stolen_handle_granules = 16;
 }  // namespace
 
 block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s) {
-  settle_frees(false);
+  // Blocks waiting in other threads' caches stay there while growth fits the budget: taken back,
+  // they make those threads miss in turn, and with more threads than blocks of a size the misses
+  // chase each other through this path for ever and the pool never grows to the threads' working
+  // set (docs/RESULTS.md, section 8). Past the budget they come back before growth steals.
+  settle_frees_keeping_lent();
   if (block* b = where.take(size, s.slot)) return b;
+  if (lent_count_ != 0 && beyond_growth_budget(size)) {
+    take_back_lent(false);
+    if (block* b = where.take(size, s.slot)) return b;
+  }
   // Growth beyond the budget steals, and only memory free for every stream can be unmapped. When
   // the GPU runs behind the program, what the request's own stream freed a moment ago is not yet
   // (no event has completed): wait for it, so the footprint does not depend on how far behind the
@@ -60,9 +68,13 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   return out_of_memory_path(where, size, requested, s);
 }
 
+double pool_impl::growth_budget(std::size_t size) const noexcept {
+  // Lent blocks count as in use: a thread's cache holds them for its next request.
+  return (1.0 + options_.growth_slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
+}
+
 bool pool_impl::beyond_growth_budget(std::size_t size) const noexcept {
-  const double budget = (1.0 + options_.growth_slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + size));
-  return static_cast<double>(pages_.held_bytes() + round_up(size, pages_.granularity())) > budget;
+  return static_cast<double>(pages_.held_bytes() + round_up(size, pages_.granularity())) > growth_budget(size);
 }
 
 bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
@@ -112,9 +124,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   const std::size_t have = w.below != nullptr ? w.below->size : 0;
   const bool partial_end = large && size > have && (size - have) % g != 0;
   // The growth budget (pool_options::growth_slack): new handles up to it, stolen ones beyond.
-  const double budget = (1.0 + options_.growth_slack) *
-                        static_cast<double>(std::max(peak_in_use_, in_use_ + size));
-  const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - budget;
+  const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - growth_budget(size);
   const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);
   std::vector<std::uint32_t> stolen;
   std::size_t want = std::min(w.map_bytes, steal_at_least);

@@ -257,8 +257,11 @@ class pool_impl {
   // growth.cpp
   block* allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s);
   growth grow(arena& where, std::size_t size, std::uint32_t slot);
-  /// Whether mapping `size` more bytes would take held memory past the growth budget
-  /// ((1 + growth_slack) * peak in use), so that growth must steal.
+  /// The growth budget for a request of `size`: (1 + growth_slack) * max(peak in use, in use +
+  /// lent + size).
+  [[nodiscard]] double growth_budget(std::size_t size) const noexcept;
+  /// Whether mapping `size` more bytes would take held memory past the growth budget, so that
+  /// growth must steal.
   [[nodiscard]] bool beyond_growth_budget(std::size_t size) const noexcept;
   [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget);
 
@@ -281,11 +284,17 @@ class pool_impl {
   }
 
   // release_policy.cpp
-  /// Gives every parked block to its free index (before any slow path looks at free blocks).
+  /// Gives every parked block, and every block waiting in a thread's cache, to its free index
+  /// (before any slow path looks at free blocks).
   void flush_parked();
+  /// flush_parked for the parked blocks only.
+  void give_back_parked();
   /// Hands to slot 0 the frees whose events completed, and recycles the slots of streams that
-  /// hold nothing (wait: waits for the whole device first, see wait_for_device).
+  /// hold nothing (wait: waits for the whole device first, see wait_for_device). Blocks waiting in
+  /// threads' caches come back first.
   void settle_frees(bool wait);
+  /// settle_frees(false) that leaves the blocks waiting in threads' caches where they are.
+  void settle_frees_keeping_lent();
   void settle_stream(stream_state& s);
   void complete_pending(pending_free& p);
   void recycle_idle_streams();

@@ -117,6 +117,10 @@ void pool_impl::settle_stream(stream_state& s) {
 
 void pool_impl::flush_parked() {
   take_back_lent(false);  // blocks waiting in threads' caches are free blocks too
+  give_back_parked();
+}
+
+void pool_impl::give_back_parked() {
   streams_.for_each([](stream_state& s) {
     if (block* b = s.parked) {
       s.parked = nullptr;
@@ -147,7 +151,12 @@ void pool_impl::settle_frees(bool wait) {
     wait_for_device(true);
     return;
   }
-  flush_parked();
+  take_back_lent(false);
+  settle_frees_keeping_lent();
+}
+
+void pool_impl::settle_frees_keeping_lent() {
+  give_back_parked();
   // Frees held back by record_stream() streams.
   for (std::size_t i = 0; i < pending_.size();) {
     pending_free& p = pending_[i];

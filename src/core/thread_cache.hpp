@@ -17,10 +17,12 @@
 //     record_stream streams): it then waits in the cache for a request of exactly its size, arena
 //     and stream. Reuse on the stream it was freed on needs no event, as for the pool's own
 //     free blocks. At most `entries` blocks and `max_bytes` bytes, each at most `max_block`.
-//   - Every slow path gives the free ones back first (the pool's flush_parked): a cache miss that
-//     reaches the slow path, release(), the out-of-memory path, and anything that looks at free
-//     blocks; describe(), sleep, recording and forget_stream also take back the ones handed out.
-//     So a cache never keeps memory away from growth, release or a failing request.
+//   - A miss that finds no free block grows the pool while growth fits its budget (lent blocks
+//     count as in use there), so the pool grows to the threads' working set instead of taking
+//     blocks from one cache to another for ever. Past the budget, and for release(), the
+//     out-of-memory path and anything that looks at free blocks, the free ones come back first
+//     (the pool's flush_parked); describe(), sleep, recording and forget_stream also take back
+//     the ones handed out. So a cache never keeps memory away from release or a failing request.
 //   - Figures stay exact: stats() adds what each cache has handed out. Only the peaks count lent
 //     blocks as in use (an upper bound by at most the caches' free bytes).
 //

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <latch>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -210,6 +211,39 @@ TEST(PoolThreadCache, AnotherThreadsRequestGetsWhatACacheHolds) {
   ASSERT_NE(b, nullptr);
   p.deallocate(b);
   EXPECT_EQ(p.stats().in_use_bytes, 0u);
+}
+
+// A miss with room in the growth budget grows the pool and leaves a block waiting in another
+// thread's cache where it is: taking it would make that thread miss in turn, and threads with one
+// block of a size between them would chase each other through the slow path for ever.
+TEST(PoolThreadCache, AMissGrowsInsteadOfTakingAnotherThreadsWaitingBlock) {
+  auto sim = std::make_shared<sim_driver>(small_device());
+  pool p(sim, 0, cached_from_the_first_call());
+  std::latch freed(1), grown(1);
+  void* theirs = nullptr;
+  void* theirs_again = nullptr;
+  std::uint64_t reuse_calls = 0;
+  std::thread other([&] {
+    theirs = p.allocate(16 * MiB);
+    p.deallocate(theirs);  // waits in this thread's cache
+    freed.count_down();
+    grown.wait();
+    const std::uint64_t before = total_calls(*sim);
+    theirs_again = p.allocate(16 * MiB);
+    reuse_calls = total_calls(*sim) - before;
+    p.deallocate(theirs_again);
+  });
+  freed.wait();
+  void* mine = p.allocate(16 * MiB);
+  EXPECT_NE(mine, theirs);
+  grown.count_down();
+  other.join();  // its cache goes back to the pool
+  EXPECT_EQ(theirs_again, theirs) << "the other thread's cache lost its block";
+  EXPECT_EQ(reuse_calls, 0u);
+  p.deallocate(mine);
+  const pool_stats s = p.stats();
+  EXPECT_EQ(s.in_use_bytes, 0u);
+  EXPECT_EQ(s.mapped_bytes, 32 * MiB);
 }
 
 // A thread's end gives its cache back: nothing stays lent, counts are kept.
