@@ -241,7 +241,8 @@ def test_table_ratios_and_errors():
     lines = report.table(results).splitlines()
     assert lines[0].split()[:2] == ["workload", "allocator"]
     default, expandable, tidepool, error = (line.split() for line in lines[1:5])
-    assert default[-1] == "1.250" and expandable[-1] == "1.000" and tidepool[-1] == "1.500"  # vs best
+    assert default[-2] == "1.250" and expandable[-2] == "1.000" and tidepool[-2] == "1.500"  # vs best
+    assert tidepool[-1] == "-"  # no step times: no paired ratio
     assert tidepool[6:10] == ["1.510", "1.600", "40754", "979.0"]
     assert default[8:10] == ["201", "-"]
     assert expandable[7:9] == ["-", "-"]
@@ -254,7 +255,27 @@ def test_table_ratios_and_errors():
         "  gpt-vary: the allocators ran different shape schedules (aa, bb)"
     assert "different shape" not in report.table(mixed[:1] + [dict(mixed[1], shapes_digest="aa")])
     # No torch run of a workload: nothing to compare with.
-    assert report.table([_result("tidepool", 180.0, 1510, 1000)]).splitlines()[1].split()[-1] == "-"
+    assert report.table([_result("tidepool", 180.0, 1510, 1000)]).splitlines()[1].split()[-2:] == ["-", "-"]
+
+
+def test_paired_ratio_compares_steps_of_the_same_index():
+    # Two clusters of steps (short and long sequences): the medians land on either cluster's edge,
+    # while step by step the run is 2% slower on every step.
+    reference_steps = [500.0] * 2 + [100.0, 200.0, 100.0, 200.0, 100.0, 200.0]
+    run_steps = [600.0] * 2 + [s * 1.02 for s in reference_steps[2:]]
+    reference = _result("expandable", 150.0, 1120, 1000, step_ms=reference_steps, warmup=2, shapes_digest="aa")
+    run = _result("tidepool", 150.0, 1120, 1000, step_ms=run_steps, warmup=2, shapes_digest="aa")
+    assert report.paired_ratio(run, reference) == pytest.approx(1.02)
+    assert report.table([reference, run]).splitlines()[2].split()[-1] == "1.020"
+    # Not the same schedule, a different warm-up or length: no figure.
+    assert report.paired_ratio(dict(run, shapes_digest="bb"), reference) is None
+    assert report.paired_ratio(dict(run, warmup=3), reference) is None
+    assert report.paired_ratio(dict(run, step_ms=run_steps[:-1]), reference) is None
+    assert report.paired_ratio(dict(run, step_ms=None), reference) is None
+    # The reference is the better PyTorch run by median step.
+    slower = _result("default", 200.0, 1250, 1000, step_ms=[s * 2 for s in reference_steps], warmup=2,
+                     shapes_digest="aa")
+    assert report.best_torch_run([slower, reference, run]) is reference
 
 
 def _snapshot(entries):

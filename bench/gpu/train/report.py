@@ -71,16 +71,38 @@ def held_ratios(result):
     return own, nvml
 
 
+def best_torch_run(results):
+    """The run of PyTorch's default or expandable segments with the lower median step (None if
+    neither ran)."""
+    runs = [r for r in results
+            if r.get("allocator") in ("default", "expandable") and r.get("median_step_ms") is not None
+            and "error" not in r]
+    return min(runs, key=lambda r: r["median_step_ms"]) if runs else None
+
+
 def best_torch_median(results):
     """The lower median step of PyTorch's default and expandable-segments runs (None if neither ran)."""
-    medians = [r["median_step_ms"] for r in results
-               if r.get("allocator") in ("default", "expandable") and r.get("median_step_ms") is not None
-               and "error" not in r]
-    return min(medians) if medians else None
+    best = best_torch_run(results)
+    return best["median_step_ms"] if best else None
+
+
+def paired_ratio(run, reference):
+    """The median over the steps after the warm-up of run's step time over reference's step time of
+    the same index. Every run of a workload draws the same shapes step by step (same seed, same
+    shapes_digest), so this compares like with like; a loop whose steps fall into two clusters (short
+    and long sequences) has a median step that lands between them and moves with either cluster's
+    noise. None where the two did not run the same schedule or have no step times."""
+    a, b = run.get("step_ms"), reference.get("step_ms")
+    warmup = run.get("warmup", 0)
+    if (not a or not b or len(a) != len(b) or warmup >= len(a) or warmup != reference.get("warmup", 0)
+            or run.get("shapes_digest") != reference.get("shapes_digest")):
+        return None
+    ratios = [x / y for x, y in zip(a[warmup:], b[warmup:]) if y > 0]
+    return percentile(ratios, 50) if ratios else None
 
 
 COLUMNS = ("workload", "allocator", "median ms", "p90 ms", "first10 s", "in use GiB", "held/use",
-           "NVML/use", "driver calls", "driver ms", "vs best")
+           "NVML/use", "driver calls", "driver ms", "vs best", "paired")
 
 
 def _fmt(value, spec):
@@ -107,10 +129,11 @@ def recording_costs(results):
 def table(results):
     """One row per run: step times, peak in use, held / in use by the allocator's own count and by
     NVML, driver calls and time (PyTorch: cudaMalloc/cuMemMap + cudaFree/cuMemUnmap calls, no
-    time), and the median step over the better of PyTorch default / expandable of the same workload."""
+    time), the median step over the better of PyTorch default / expandable of the same workload
+    ("vs best"), and the median of step-by-step ratios to that run ("paired", paired_ratio)."""
     best = {}
     for workload in {r["workload"] for r in results}:
-        best[workload] = best_torch_median([r for r in results if r["workload"] == workload])
+        best[workload] = best_torch_run([r for r in results if r["workload"] == workload])
     rows = []
     notes = []
     for r in results:
@@ -121,12 +144,13 @@ def table(results):
         own, nvml = held_ratios(r)
         median = r.get("median_step_ms")
         reference = best.get(r["workload"])
-        versus = median / reference if median is not None and reference else None
+        versus = median / reference["median_step_ms"] if median is not None and reference else None
+        paired = paired_ratio(r, reference) if reference else None
         in_use = r.get("peak_in_use_bytes")
         rows.append((r["workload"], r["allocator"], _fmt(median, ".1f"), _fmt(r.get("p90_step_ms"), ".1f"),
                      _fmt(r.get("first_steps_s"), ".2f"), _fmt(in_use / GiB if in_use else None, ".2f"),
                      _fmt(own, ".3f"), _fmt(nvml, ".3f"), _fmt(r.get("driver_calls"), "d"),
-                     _fmt(r.get("driver_ms"), ".1f"), _fmt(versus, ".3f")))
+                     _fmt(r.get("driver_ms"), ".1f"), _fmt(versus, ".3f"), _fmt(paired, ".3f")))
     notes.extend(recording_costs(results))
     for workload in sorted(best):
         digests = {r.get("shapes_digest") for r in results if r["workload"] == workload and "error" not in r}

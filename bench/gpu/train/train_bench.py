@@ -294,7 +294,8 @@ def launch(args):
             results.extend(rows)
             print(report.table(rows) + "\n", flush=True)
     if len(args.workloads) > 1:
-        print("=== every workload (vs best: median step / the lower of PyTorch default and expandable)")
+        print("=== every workload (vs best: median step / the lower of PyTorch default and expandable; "
+              "paired: the median of step-by-step ratios to that run)")
         print(report.table(results), flush=True)
     return 1 if any("error" in r for r in results) else 0
 
