@@ -54,6 +54,22 @@ void check_struct_size(std::uint64_t size, const char* function, const char* typ
   }
 }
 
+void check_struct_size(std::uint64_t size, const char* function, const char* type,
+                       std::span<const std::size_t> field_ends) {
+  check_struct_size(size, function, type);
+  if (field_ends.empty() || size >= field_ends.back()) return;
+  if (std::find(field_ends.begin(), field_ends.end(), size) != field_ends.end()) return;
+  throw error(error_code::invalid_argument,
+              fmt::format("{}: struct_size is {}, which ends inside a field of {}; set it to sizeof({})",
+                          function, size, type, type));
+}
+
+void check_reserved(const char* function, const char* name, std::int64_t value) {
+  if (value == 0) return;
+  throw error(error_code::invalid_argument,
+              fmt::format("{}: {} is {}; it is reserved and must be zero", function, name, value));
+}
+
 void print_last_error() noexcept {
   // The core's messages already start with "tidepool:"; the C API's own do not.
   const bool prefixed = std::strncmp(last_message, "tidepool", 8) == 0;

@@ -3,9 +3,11 @@
 // message, so no exception crosses the C ABI.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <new>
+#include <span>
 #include <string_view>
 
 #include "tidepool/c_api.h"
@@ -26,6 +28,17 @@ tidepool_status to_status(error_code code) noexcept;
 /// Throws tidepool::error (invalid_argument) when a caller's versioned struct has no struct_size
 /// set (smaller than the field itself), naming `function` and the struct's `type` to size it by.
 void check_struct_size(std::uint64_t size, const char* function, const char* type);
+
+/// check_struct_size, and the size must end where one of the struct's fields ends (`field_ends`:
+/// each field's end, ascending, the last being the size of the struct this library knows) or lie
+/// past the last (a newer header's struct, whose fields this library does not know): a size that
+/// ends inside a field would have part of that field read or written.
+void check_struct_size(std::uint64_t size, const char* function, const char* type,
+                       std::span<const std::size_t> field_ends);
+
+/// Throws tidepool::error (invalid_argument) unless a struct's reserved field `name` is zero: a
+/// later version may give it a meaning, and garbage there must not take one then.
+void check_reserved(const char* function, const char* name, std::int64_t value);
 
 /// Writes "tidepool: <last error>" to stderr: for the framework entry points, which can only
 /// return NULL, so that a failure is seen.

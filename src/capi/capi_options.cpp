@@ -1,9 +1,11 @@
 // The C API's pool options: tidepool_pool_options_t to and from tidepool::pool_options, honouring
 // the caller's struct_size so that older callers keep working when fields are appended.
 #include <chrono>
-#include <cstdint>
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include <fmt/format.h>
@@ -39,6 +41,25 @@ thread_cache_policy from_c_thread_caches(std::int32_t value) {
                           value));
 }
 
+// Where each field of tidepool_pool_options_t ends: a caller's struct (of this header or an older
+// one) ends at one of them.
+constexpr std::size_t options_field_ends[] = {
+    offsetof(tidepool_pool_options_t, byte_cap),
+    offsetof(tidepool_pool_options_t, headroom),
+    offsetof(tidepool_pool_options_t, small_size_threshold),
+    offsetof(tidepool_pool_options_t, max_cached_bytes),
+    offsetof(tidepool_pool_options_t, decay_milliseconds),
+    offsetof(tidepool_pool_options_t, address_range_bytes),
+    offsetof(tidepool_pool_options_t, immediate_release),
+    offsetof(tidepool_pool_options_t, reserved_),
+    offsetof(tidepool_pool_options_t, growth_slack),
+    offsetof(tidepool_pool_options_t, thread_caches),
+    offsetof(tidepool_pool_options_t, reserved2_),
+    offsetof(tidepool_pool_options_t, reserved2_) + sizeof(std::int32_t),
+};
+static_assert(options_field_ends[std::size(options_field_ends) - 1] == sizeof(tidepool_pool_options_t),
+              "a field appended to tidepool_pool_options_t needs its end listed here");
+
 tidepool_pool_options_t to_c_options(const pool_options& o) {
   tidepool_pool_options_t c{};
   c.struct_size = sizeof(tidepool_pool_options_t);
@@ -70,6 +91,8 @@ void check_bytes(const char* name, std::uint64_t value, bool no_limit_allowed) {
 }
 
 pool_options from_c_options(const tidepool_pool_options_t& c) {
+  check_reserved("tidepool_set_default_pool_options", "reserved_", c.reserved_);
+  check_reserved("tidepool_set_default_pool_options", "reserved2_", c.reserved2_);
   check_bytes("byte_cap", c.byte_cap, true);
   check_bytes("headroom", c.headroom, false);
   check_bytes("small_size_threshold", c.small_size_threshold, false);
@@ -110,7 +133,8 @@ tidepool_status tidepool_set_default_pool_options(const tidepool_pool_options_t*
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_set_default_pool_options", "options");
-    check_struct_size(options->struct_size, "tidepool_set_default_pool_options", "tidepool_pool_options_t");
+    check_struct_size(options->struct_size, "tidepool_set_default_pool_options", "tidepool_pool_options_t",
+                      options_field_ends);
     // Fields the caller's struct does not have keep the values in force.
     tidepool_pool_options_t merged = to_c_options(default_pool_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof merged);
@@ -123,7 +147,8 @@ tidepool_status tidepool_get_default_pool_options(tidepool_pool_options_t* optio
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_get_default_pool_options", "options");
-    check_struct_size(options->struct_size, "tidepool_get_default_pool_options", "tidepool_pool_options_t");
+    check_struct_size(options->struct_size, "tidepool_get_default_pool_options", "tidepool_pool_options_t",
+                      options_field_ends);
     const tidepool_pool_options_t current = to_c_options(default_pool_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof current);
     const std::size_t skip = sizeof current.struct_size;

@@ -1,5 +1,6 @@
 // The C API's process-wide entry points: devices, stats, release, available bytes, reclaim hooks.
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "capi/capi_guard.hpp"
@@ -36,6 +37,15 @@ tidepool_stats_t to_c_stats(const pool_stats& s) {
   return c;
 }
 
+// Where each field of tidepool_stats_t ends: every field is 8 bytes (keep it so when appending),
+// so a caller's struct ends at a multiple of 8.
+constexpr auto stats_field_ends = [] {
+  std::array<std::size_t, sizeof(tidepool_stats_t) / 8> ends{};
+  for (std::size_t i = 0; i < ends.size(); ++i) ends[i] = (i + 1) * 8;
+  return ends;
+}();
+static_assert(sizeof(tidepool_stats_t) % 8 == 0, "tidepool_stats_t's fields are 8 bytes each");
+
 // Copies `filled` into the caller's `stats`, no more than its struct_size says it holds; the
 // caller's struct_size stays as the caller set it.
 void copy_stats_out(const tidepool_stats_t& filled, tidepool_stats_t* stats) {
@@ -71,7 +81,7 @@ tidepool_status tidepool_stats(int device, tidepool_stats_t* stats) {
   using namespace tidepool::detail;
   return guarded([&] {
     if (stats == nullptr) throw_null_argument("tidepool_stats", "stats");
-    check_struct_size(stats->struct_size, "tidepool_stats", "tidepool_stats_t");
+    check_struct_size(stats->struct_size, "tidepool_stats", "tidepool_stats_t", stats_field_ends);
     check_device_exists(device);
     tidepool_stats_t filled{};
     filled.struct_size = sizeof(tidepool_stats_t);
@@ -85,7 +95,7 @@ tidepool_status tidepool_tag_stats(const char* tag, int device, tidepool_stats_t
   return guarded([&] {
     if (tag == nullptr) throw_null_argument("tidepool_tag_stats", "tag");
     if (stats == nullptr) throw_null_argument("tidepool_tag_stats", "stats");
-    check_struct_size(stats->struct_size, "tidepool_tag_stats", "tidepool_stats_t");
+    check_struct_size(stats->struct_size, "tidepool_tag_stats", "tidepool_stats_t", stats_field_ends);
     check_device_exists(device);
     tidepool_stats_t filled{};
     filled.struct_size = sizeof(tidepool_stats_t);

@@ -2,8 +2,10 @@
 // tidepool::sharing_options, honouring the caller's struct_size, and tidepool_stop_sharing.
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -22,6 +24,16 @@ tidepool_sharing_options_t to_c(const tidepool::sharing_options& o) {
   return c;
 }
 
+// Where each field of tidepool_sharing_options_t ends (capi_options.cpp says why).
+constexpr std::size_t sharing_field_ends[] = {
+    offsetof(tidepool_sharing_options_t, enabled),
+    offsetof(tidepool_sharing_options_t, gives),
+    offsetof(tidepool_sharing_options_t, wait_milliseconds),
+    offsetof(tidepool_sharing_options_t, wait_milliseconds) + sizeof(std::uint64_t),
+};
+static_assert(sharing_field_ends[std::size(sharing_field_ends) - 1] == sizeof(tidepool_sharing_options_t),
+              "a field appended to tidepool_sharing_options_t needs its end listed here");
+
 void check_flag(const char* name, std::int32_t value) {
   if (value != 0 && value != 1) {
     throw tidepool::error(tidepool::error_code::invalid_argument, fmt::format("{} is {}: expected 0 or 1", name, value));
@@ -36,7 +48,8 @@ tidepool_status tidepool_set_sharing_options(const tidepool_sharing_options_t* o
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_set_sharing_options", "options");
-    check_struct_size(options->struct_size, "tidepool_set_sharing_options", "tidepool_sharing_options_t");
+    check_struct_size(options->struct_size, "tidepool_set_sharing_options", "tidepool_sharing_options_t",
+                      sharing_field_ends);
     tidepool_sharing_options_t merged = to_c(tidepool::get_sharing_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof merged);
     std::memcpy(&merged, options, static_cast<std::size_t>(bytes));
@@ -58,7 +71,8 @@ tidepool_status tidepool_get_sharing_options(tidepool_sharing_options_t* options
   using namespace tidepool::detail;
   return guarded([&] {
     if (options == nullptr) throw_null_argument("tidepool_get_sharing_options", "options");
-    check_struct_size(options->struct_size, "tidepool_get_sharing_options", "tidepool_sharing_options_t");
+    check_struct_size(options->struct_size, "tidepool_get_sharing_options", "tidepool_sharing_options_t",
+                      sharing_field_ends);
     const tidepool_sharing_options_t current = to_c(tidepool::get_sharing_options());
     const auto bytes = std::min<std::uint64_t>(options->struct_size, sizeof current);
     const std::size_t skip = sizeof current.struct_size;

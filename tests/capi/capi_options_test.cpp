@@ -82,6 +82,59 @@ TEST_F(CApiOptions, BadOptionsAreRefusedAndChangeNothing) {
   EXPECT_EQ(tidepool_get_default_pool_options(nullptr), TIDEPOOL_INVALID_ARGUMENT);
 }
 
+// A struct_size that ends inside a field would have part of it read (half a byte_cap taken with
+// the default's other half) or written; reserved fields must be zero. Both are refused by name and
+// change nothing; a newer header's larger struct is taken for the fields this library knows.
+TEST_F(CApiOptions, AStructSizeInsideAFieldAndReservedFieldsAreRefused) {
+  use_small_sim();
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  const tidepool_pool_options_t defaults = options;
+  options.byte_cap = 512 * MiB;
+  options.struct_size = offsetof(tidepool_pool_options_t, headroom) - 4;  // half of byte_cap
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("struct_size is 12, which ends inside a field of "
+                                                    "tidepool_pool_options_t"),
+            std::string::npos)
+      << tidepool_last_error();
+  tidepool_pool_options_t read{};
+  read.struct_size = 12;
+  read.byte_cap = 5;
+  EXPECT_EQ(tidepool_get_default_pool_options(&read), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(read.byte_cap, 5u) << "nothing written";
+
+  options.struct_size = sizeof options;
+  options.reserved_ = 7;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("reserved_ is 7; it is reserved and must be zero"),
+            std::string::npos)
+      << tidepool_last_error();
+  options.reserved_ = 0;
+  options.reserved2_ = -1;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("reserved2_ is -1"), std::string::npos);
+  tidepool_pool_options_t now{};
+  now.struct_size = sizeof now;
+  ASSERT_EQ(tidepool_get_default_pool_options(&now), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(now.byte_cap, defaults.byte_cap) << "a refused call changes nothing";
+
+  // A struct that ends where a field ends, and a newer header's larger one, are taken.
+  struct newer {
+    tidepool_pool_options_t known;
+    std::uint64_t unknown;
+  } bigger{};
+  bigger.known = defaults;
+  bigger.known.struct_size = sizeof bigger;
+  bigger.known.byte_cap = 256 * MiB;
+  EXPECT_EQ(tidepool_set_default_pool_options(&bigger.known), TIDEPOOL_SUCCESS) << tidepool_last_error();
+  ASSERT_EQ(tidepool_get_default_pool_options(&now), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(now.byte_cap, 256 * MiB);
+  options = defaults;
+  options.struct_size = offsetof(tidepool_pool_options_t, reserved_);  // ends after immediate_release
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS) << tidepool_last_error();
+}
+
 TEST_F(CApiOptions, ByteCountsPastTwoToThe63AreRefusedAsNegative) {
   use_small_sim();
   tidepool_pool_options_t options{};

@@ -6,9 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -80,6 +81,12 @@ TEST_F(CApiProcess, StatsFillNoMoreThanTheCallersStruct) {
   EXPECT_EQ(stats.struct_size, offsetof(tidepool_stats_t, cached_bytes));
   stats.struct_size = 0;
   EXPECT_EQ(tidepool_stats(0, &stats), TIDEPOOL_INVALID_ARGUMENT);
+  // A size inside a field: refused, nothing written.
+  stats.struct_size = offsetof(tidepool_stats_t, cached_bytes) + 4;
+  stats.requested_bytes = 777;
+  EXPECT_EQ(tidepool_stats(0, &stats), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("ends inside a field of tidepool_stats_t"), std::string::npos);
+  EXPECT_EQ(stats.requested_bytes, 777u);
   EXPECT_EQ(tidepool_deallocate(ptr, 0, nullptr), TIDEPOOL_SUCCESS);
 }
 
