@@ -135,6 +135,21 @@ TEST_F(CApiOptions, AStructSizeInsideAFieldAndReservedFieldsAreRefused) {
   EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS) << tidepool_last_error();
 }
 
+TEST_F(CApiOptions, ASharingOptionsSizeInsideAFieldIsRefused) {
+  tidepool_sharing_options_t sharing{};
+  sharing.struct_size = offsetof(tidepool_sharing_options_t, wait_milliseconds) + 4;
+  sharing.wait_milliseconds = 5;
+  EXPECT_EQ(tidepool_get_sharing_options(&sharing), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("ends inside a field of tidepool_sharing_options_t"),
+            std::string::npos)
+      << tidepool_last_error();
+  EXPECT_EQ(sharing.wait_milliseconds, 5u);
+  EXPECT_EQ(tidepool_set_sharing_options(&sharing), TIDEPOOL_INVALID_ARGUMENT);
+  sharing.struct_size = offsetof(tidepool_sharing_options_t, wait_milliseconds);  // an older caller's
+  EXPECT_EQ(tidepool_get_sharing_options(&sharing), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(sharing.wait_milliseconds, 5u) << "past its struct: untouched";
+}
+
 TEST_F(CApiOptions, ByteCountsPastTwoToThe63AreRefusedAsNegative) {
   use_small_sim();
   tidepool_pool_options_t options{};
