@@ -79,11 +79,11 @@ class arena {
     slots_[b->owner]->insert(b);
   }
 
-  /// Whether take() may pass over a free block much larger than the request when a smaller free
-  /// block can be extended into the unmapped room above it instead (placement.cpp); the slow path
-  /// turns it off once growth has had its chance, so a later take() serves from what there is.
-  void allow_extension(bool allowed) noexcept {
-    extension_allowed_ = allowed;
+  /// Whether take() serves what growth just mapped for the request: no passing over a wasteful
+  /// fit for an extension, and no passing over a block at the frontier (placement.cpp), which is
+  /// where an extension lies. The slow path turns it on around growth and off after.
+  void serve_growth(bool on) noexcept {
+    serving_growth_ = on;
   }
 
   /// How placement learns whether the frees of stream `slot` up to free number `sequence` are known
@@ -93,6 +93,15 @@ class arena {
   void set_frees_done(frees_done_fn fn, void* context) noexcept {
     frees_done_ = fn;
     frees_done_context_ = context;
+  }
+
+  /// How placement learns whether growing by `bytes` would take held memory past the pool's growth
+  /// budget, so that growth would steal: only then does take() pass over a wasteful fit to extend a
+  /// smaller free block (placement.cpp).
+  using growth_would_steal_fn = bool (*)(void* context, std::size_t bytes);
+  void set_growth_would_steal(growth_would_steal_fn fn, void* context) noexcept {
+    growth_would_steal_ = fn;
+    growth_context_ = context;
   }
 
   /// Makes room for stream slots up to `count` - 1.
@@ -296,12 +305,14 @@ class arena {
   std::set<block*, by_size_then_address> rooms_;
   std::vector<std::unique_ptr<address_range>> ranges_;
   std::size_t reserved_bytes_ = 0;
+  bool serving_growth_ = false;  // serve_growth()
   // Set by take_placed() when it declined a wasteful fit for an extension; open_window() prefers it.
-  bool extension_allowed_ = true;
   block* extension_room_ = nullptr;
   std::uint32_t extension_slot_ = 0;  // the stream slot whose free block below it may be extended
   frees_done_fn frees_done_ = nullptr;  // set by the pool; without it own-stream blocks are never split
   void* frees_done_context_ = nullptr;
+  growth_would_steal_fn growth_would_steal_ = nullptr;  // set by the pool; without it no extension
+  void* growth_context_ = nullptr;
 };
 
 }  // namespace tidepool::detail

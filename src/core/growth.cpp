@@ -56,12 +56,13 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
     if (block* b = where.take(size, s.slot)) return b;
   }
   // take() may have passed over a wasteful fit to extend a smaller free block (placement.cpp):
-  // growth maps that extension; after it, take() serves from whatever fits.
-  struct extension_back_on {
+  // growth maps that extension, and take() then serves from what growth mapped (the extended
+  // block lies at the frontier, which take() otherwise passes over when another block fits).
+  struct growth_served {
     arena& a;
-    ~extension_back_on() { a.allow_extension(true); }
+    ~growth_served() { a.serve_growth(false); }
   } restore{where};
-  where.allow_extension(false);
+  where.serve_growth(true);
   if (grow(where, size, s.slot) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }

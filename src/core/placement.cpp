@@ -29,12 +29,15 @@
 // map its whole size elsewhere (the loader workload, measured with and without the rule in
 // docs/RESULTS.md, section 0).
 //
-// Extension instead of a wasteful fit: when the best fit would waste more than 1/16 of the
-// request (or none fits) and a smaller free block (of any stream, or of the request's own) has
-// unmapped room above it where at most 1/16 of the request would serve it, take() declines and
-// growth maps just that extension (arena::open_window takes the room take() chose). Without it,
-// requests a little larger than last time cascade through best fit, and the last one finds
-// nothing left and must steal its whole size (the loader workload).
+// Extension instead of a wasteful fit, when growth would pass the pool's budget: when the best fit
+// would waste more than 1/16 of the request (or none fits) and a smaller free block (of any
+// stream, or of the request's own) has unmapped room above it where at most 1/16 of the request
+// would serve it, take() declines and growth maps just that extension (arena::open_window takes
+// the room take() chose, and take() after growth serves from it). Past the budget, requests a
+// little larger than last time would cascade through best fit, and the last one find nothing left
+// and steal its whole size (the loader at a small growth_slack). Within it nothing is stolen, and
+// the wasteful fit serves from memory the pool holds: extending there only maps more, which a loop
+// whose buffers grow by reallocation paid in held memory (docs/RESULTS.md, section 0).
 #include <algorithm>
 #include <array>
 #include <limits>
@@ -48,7 +51,7 @@ block* arena::find_inside(free_index& index, std::size_t bytes) {
   block* b = index.find(bytes);
   std::array<block*, max_frontier_skips> skipped{};
   unsigned n = 0;
-  while (b != nullptr && at_frontier(b) && n < skipped.size()) {
+  while (!serving_growth_ && b != nullptr && at_frontier(b) && n < skipped.size()) {
     index.remove(b);
     skipped[n++] = b;
     b = index.find(bytes);
@@ -63,11 +66,11 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
   block* first = own;
   block* second = any;
   if (own == nullptr || (any != nullptr && any->size < own->size)) std::swap(first, second);
-  if (settings_.large_handles && extension_allowed_) {
+  if (settings_.large_handles && !serving_growth_) {
     // A wasteful fit (or none): extend a smaller free block into the room above it instead.
     const std::size_t most_to_map = bytes / extension_divisor;
     const std::size_t best = first == nullptr ? std::numeric_limits<std::size_t>::max() : first->size;
-    if (best - bytes > most_to_map) {
+    if (best - bytes > most_to_map && growth_would_steal_ != nullptr && growth_would_steal_(growth_context_, bytes)) {
       extension_room_ = room_to_extend(bytes, most_to_map, slot);
       extension_slot_ = slot;
       if (extension_room_ != nullptr) return nullptr;

@@ -65,6 +65,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
     settings.range_bytes = range_bytes;
     arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
     arenas_[k]->set_frees_done(&pool_impl::frees_done, this);
+    arenas_[k]->set_growth_would_steal(&pool_impl::growth_would_steal, this);
   }
   const release_policy& policy = options_.release;
   automatic_release_ = policy.immediate || policy.max_cached_bytes != no_limit || policy.decay.count() > 0;
@@ -80,6 +81,10 @@ bool pool_impl::frees_done(void* self, std::uint32_t slot, std::uint64_t sequenc
     if (s.events[i].watermark >= sequence) return pool.calls_.event_query(s.events[i].event) == driver_status::success;
   }
   return false;  // no event covers them yet
+}
+
+bool pool_impl::growth_would_steal(void* self, std::size_t bytes) {
+  return static_cast<const pool_impl*>(self)->beyond_growth_budget(bytes);
 }
 
 pool_impl::~pool_impl() {

@@ -189,6 +189,9 @@ class pool_impl {
   // oldest event covering them has completed (queried, nothing settled: placement calls this with
   // blocks out of their indices). arena::frees_done_fn.
   static bool frees_done(void* self, std::uint32_t slot, std::uint64_t sequence);
+  // Whether growing by `bytes` would pass the growth budget (beyond_growth_budget).
+  // arena::growth_would_steal_fn.
+  static bool growth_would_steal(void* self, std::size_t bytes);
   [[nodiscard]] arena& arena_for(std::size_t size, lifetime hint) noexcept {
     const unsigned tier = size < options_.small_size_threshold ? 0u : 2u;
     return *arenas_[tier + (hint == lifetime::persistent ? 1u : 0u)];

@@ -1,0 +1,136 @@
+"""Synthetic allocation traces in RMM's replay-log format, shaped unlike the bundled recordings, to
+check placement against expandable segments on workloads it was not tuned on (docs/RESULTS.md,
+section 0, "Workloads it was not tuned on"):
+
+  moe     a mixture-of-experts training step: per layer an activation, one block per expert sized
+          by a random token count, and a temporary; the backward pass frees in reverse, each free
+          preceded by a gradient of the same size.
+  server  a serving loop: up to 24 requests at once, each with a KV cache that grows by
+          reallocation (a larger one allocated, then the old one freed) and a scratch per step.
+  mixed   a random mix of sizes from 4 KiB to 1 GiB, a twentieth of them never freed.
+
+    python3 bench/synthetic/make_traces.py OUT_DIR [SEED]
+
+writes OUT_DIR/moe.csv.gz, server.csv.gz and mixed.csv.gz; the same seed gives the same traces.
+Replay them with `build/tools/tidepool replay OUT_DIR/*.csv.gz --passes 3`.
+"""
+
+import gzip
+import os
+import random
+import sys
+
+MiB = 1 << 20
+
+
+class Trace:
+    """Rows of one thread on the default stream; pointers from a bump allocator, never reused."""
+
+    def __init__(self):
+        self.rows = []
+        self.next_pointer = 0x7F0000000000
+        self.live = {}
+
+    def alloc(self, size):
+        size = max(512, (size + 511) // 512 * 512)
+        pointer = self.next_pointer
+        self.next_pointer += size + 4096
+        self.rows.append(("allocate", pointer, size))
+        self.live[pointer] = size
+        return pointer
+
+    def free(self, pointer):
+        self.rows.append(("free", pointer, self.live.pop(pointer)))
+
+    def write(self, path):
+        with gzip.open(path, "wt") as out:
+            out.write("Thread,Time,Action,Pointer,Size,Stream\n")
+            for row, (action, pointer, size) in enumerate(self.rows, start=1):
+                us = row * 10  # 10 us a row
+                hours, rest = divmod(us, 3_600_000_000)
+                minutes, rest = divmod(rest, 60_000_000)
+                out.write(f"0,{hours:02d}:{minutes:02d}:{rest / 1e6:09.6f},{action},{hex(pointer)},{size},0x0\n")
+
+
+def moe(seed, steps=60, layers=12, experts=16, d=2048):
+    r = random.Random(seed)
+    trace = Trace()
+    for _ in range(layers * 4):  # weights, live throughout
+        trace.alloc(r.choice([8, 16, 32]) * MiB)
+    for _ in range(steps):
+        tokens = r.choice([2048, 4096, 6144, 8192])
+        kept = []
+        for _ in range(layers):
+            kept.append(trace.alloc(tokens * d * 2))
+            counts = [max(0, int(r.gauss(tokens * 2 / experts, tokens / experts))) for _ in range(experts)]
+            per_expert = [trace.alloc(c * d * 2 * 4) for c in counts if c]
+            temporary = trace.alloc(tokens * d * 4)
+            kept.extend(per_expert)
+            trace.free(temporary)
+        for pointer in reversed(kept):
+            gradient = trace.alloc(trace.live[pointer])
+            trace.free(gradient)
+            trace.free(pointer)
+    return trace
+
+
+def server(seed, rounds=4000, d=4096):
+    r = random.Random(seed)
+    trace = Trace()
+    for _ in range(20):  # weights
+        trace.alloc(64 * MiB)
+    active = {}  # request -> [tokens, KV cache pointer, tokens left to generate]
+    for i in range(rounds):
+        if len(active) < 24 and r.random() < 0.5:
+            tokens = r.randint(64, 4096)
+            active[i] = [tokens, trace.alloc(tokens * d * 2 * 2), r.randint(16, 1024)]
+        for request in list(active):
+            tokens, cache, left = active[request]
+            step = r.randint(1, 32)
+            if r.random() < 0.3:  # the cache grows: a larger one, then the old one freed
+                larger = trace.alloc((tokens + step * 8) * d * 4)
+                trace.free(cache)
+                cache = larger
+                tokens += step * 8
+            trace.free(trace.alloc(tokens * 512))  # the step's scratch
+            left -= step
+            if left <= 0:
+                trace.free(cache)
+                del active[request]
+            else:
+                active[request] = [tokens, cache, left]
+    return trace
+
+
+def mixed(seed, operations=60000):
+    r = random.Random(seed)
+    trace = Trace()
+    freeable = []
+    for _ in range(operations):
+        if freeable and r.random() < 0.5:
+            i = r.randrange(len(freeable))
+            pointer = freeable[i]
+            freeable[i] = freeable[-1]
+            freeable.pop()
+            trace.free(pointer)
+        else:
+            size = int(2 ** r.uniform(12, 28)) if r.random() < 0.9 else int(2 ** r.uniform(25, 30))
+            pointer = trace.alloc(size)
+            if r.random() >= 0.05:  # else never freed
+                freeable.append(pointer)
+    return trace
+
+
+def main(argv):
+    if len(argv) not in (2, 3):
+        sys.exit("usage: make_traces.py OUT_DIR [SEED]")
+    out, seed = argv[1], int(argv[2]) if len(argv) == 3 else 1
+    os.makedirs(out, exist_ok=True)
+    for name, make in (("moe", moe), ("server", server), ("mixed", mixed)):
+        path = os.path.join(out, f"{name}.csv.gz")
+        make(seed).write(path)
+        print(path)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
