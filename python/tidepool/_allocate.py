@@ -8,27 +8,38 @@ from . import _arguments, _library
 ANY_DEVICE = -1
 SCRATCH = 0
 PERSISTENT = 1
+_MAX_DEVICE = 2**31 - 1
+
+
+def _plain(value, minimum, maximum):
+    """Whether `value` is a plain int (not a bool or another integral type) within the range: the
+    arguments that need no conversion, which allocate() and deallocate() pass on directly (the
+    checks in _arguments cost about as much as the call into the library)."""
+    return type(value) is int and minimum <= value <= maximum
 
 
 def allocate(size, device=0, stream=None, persistent=False):
     """Allocates `size` bytes on `device` for use on `stream` (a cudaStream_t as an int, or None
     for the default stream); returns the device pointer as an int."""
-    size = _arguments.byte_count("allocate", "size", size)
-    device = _arguments.device("allocate", device)
-    stream = _arguments.stream("allocate", stream)
-    lib = _library.load()
+    if not (_plain(size, 0, _arguments.MAX_BYTES) and _plain(device, 0, _MAX_DEVICE)
+            and (stream is None or _plain(stream, 1, _arguments.MAX_POINTER))):
+        size = _arguments.byte_count("allocate", "size", size)
+        device = _arguments.device("allocate", device)
+        stream = _arguments.stream("allocate", stream)
     out = ctypes.c_void_p()
     hint = PERSISTENT if persistent else SCRATCH
-    _library.check(lib.tidepool_allocate(size, device, stream, hint, ctypes.byref(out)))
+    _library.check(_library.load().tidepool_allocate(size, device, stream, hint, ctypes.byref(out)))
     return out.value
 
 
 def deallocate(ptr, device=ANY_DEVICE, stream=None):
     """Frees a pointer from allocate(); device may be left to be found. Freeing it twice raises
     TidepoolError TIDEPOOL_DOUBLE_FREE ("double free")."""
-    ptr = _arguments.pointer("deallocate", "ptr", ptr)
-    device = _arguments.device("deallocate", device, any_device=True)
-    stream = _arguments.stream("deallocate", stream)
+    if not (_plain(ptr, 1, _arguments.MAX_POINTER) and _plain(device, -1, _MAX_DEVICE)
+            and (stream is None or _plain(stream, 1, _arguments.MAX_POINTER))):
+        ptr = _arguments.pointer("deallocate", "ptr", ptr)
+        device = _arguments.device("deallocate", device, any_device=True)
+        stream = _arguments.stream("deallocate", stream)
     _library.check(_library.load().tidepool_deallocate(ptr, device, stream))
 
 
