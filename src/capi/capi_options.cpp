@@ -1,7 +1,7 @@
 // The C API's pool options: tidepool_pool_options_t to and from tidepool::pool_options, honouring
 // the caller's struct_size so that older callers keep working when fields are appended.
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
