@@ -1,7 +1,8 @@
 // Per-thread caches (core/thread_cache.hpp): a thread's same-size pairs served without the pool's
-// lock, with figures exact, bad pointers named, and every cached block back in the pool for the
-// slow paths, release(), the out-of-memory path, describe(), recording, forget_stream and a thread's
-// end. Most tests use thread_cache_policy::always, so a cache exists from a thread's first call;
+// lock, with figures exact, bad pointers named, a miss growing the pool within its budget rather
+// than taking another thread's waiting block, and every cached block back in the pool for
+// release(), the out-of-memory path, describe(), recording, forget_stream and a thread's end. Most
+// tests use thread_cache_policy::always, so a cache exists from a thread's first call;
 // one checks that a single thread under the default policy never gets one.
 #include <gtest/gtest.h>
 
