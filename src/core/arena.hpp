@@ -86,22 +86,19 @@ class arena {
     serving_growth_ = on;
   }
 
-  /// How placement learns whether the frees of stream `slot` up to free number `sequence` are known
-  /// complete on the GPU (a query, no change to any stream's state): splitting a large handle under
-  /// a free block of the request's own stream is safe only then.
-  using frees_done_fn = bool (*)(void* context, std::uint32_t slot, std::uint64_t sequence);
-  void set_frees_done(frees_done_fn fn, void* context) noexcept {
-    frees_done_ = fn;
-    frees_done_context_ = context;
-  }
-
-  /// How placement learns whether growing by `bytes` would take held memory past the pool's growth
-  /// budget, so that growth would steal: only then does take() pass over a wasteful fit to extend a
-  /// smaller free block (placement.cpp).
-  using growth_would_steal_fn = bool (*)(void* context, std::size_t bytes);
-  void set_growth_would_steal(growth_would_steal_fn fn, void* context) noexcept {
-    growth_would_steal_ = fn;
-    growth_context_ = context;
+  /// What placement asks the pool that owns the arena (queries, no change to the pool's state):
+  ///   - frees_done: whether the frees of stream `slot` up to free number `sequence` are known
+  ///     complete on the GPU; splitting a large handle under a free block of the request's own
+  ///     stream is safe only then.
+  ///   - growth_would_steal: whether growing by `bytes` would take held memory past the pool's
+  ///     growth budget, so that growth would steal; only then does take() pass over a wasteful fit
+  ///     to extend a smaller free block (placement.cpp).
+  using frees_done_fn = bool (*)(void* pool, std::uint32_t slot, std::uint64_t sequence);
+  using growth_would_steal_fn = bool (*)(void* pool, std::size_t bytes);
+  void set_pool_queries(void* pool, frees_done_fn frees_done, growth_would_steal_fn growth_would_steal) noexcept {
+    pool_ = pool;
+    frees_done_ = frees_done;
+    growth_would_steal_ = growth_would_steal;
   }
 
   /// Makes room for stream slots up to `count` - 1.
@@ -309,10 +306,10 @@ class arena {
   // Set by take_placed() when it declined a wasteful fit for an extension; open_window() prefers it.
   block* extension_room_ = nullptr;
   std::uint32_t extension_slot_ = 0;  // the stream slot whose free block below it may be extended
-  frees_done_fn frees_done_ = nullptr;  // set by the pool; without it own-stream blocks are never split
-  void* frees_done_context_ = nullptr;
-  growth_would_steal_fn growth_would_steal_ = nullptr;  // set by the pool; without it no extension
-  void* growth_context_ = nullptr;
+  // set_pool_queries(): without them own-stream blocks are never split and no extension is made.
+  void* pool_ = nullptr;
+  frees_done_fn frees_done_ = nullptr;
+  growth_would_steal_fn growth_would_steal_ = nullptr;
 };
 
 }  // namespace tidepool::detail

@@ -70,7 +70,7 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
     // A wasteful fit (or none): extend a smaller free block into the room above it instead.
     const std::size_t most_to_map = bytes / extension_divisor;
     const std::size_t best = first == nullptr ? std::numeric_limits<std::size_t>::max() : first->size;
-    if (best - bytes > most_to_map && growth_would_steal_ != nullptr && growth_would_steal_(growth_context_, bytes)) {
+    if (best - bytes > most_to_map && growth_would_steal_ != nullptr && growth_would_steal_(pool_, bytes)) {
       extension_room_ = room_to_extend(bytes, most_to_map, slot);
       extension_slot_ = slot;
       if (extension_room_ != nullptr) return nullptr;
@@ -126,7 +126,7 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // its frees known complete (one event query; a block freed a moment ago by a stream whose GPU
   // work is still queued keeps its handle whole).
   if (c->owner == 0) return true;
-  return c->owner == slot && frees_done_ != nullptr && frees_done_(frees_done_context_, slot, c->free_sequence);
+  return c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence);
 }
 
 block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {

@@ -64,8 +64,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
     settings.large_handles = k >= 2;
     settings.range_bytes = range_bytes;
     arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
-    arenas_[k]->set_frees_done(&pool_impl::frees_done, this);
-    arenas_[k]->set_growth_would_steal(&pool_impl::growth_would_steal, this);
+    arenas_[k]->set_pool_queries(this, &pool_impl::frees_done, &pool_impl::growth_would_steal);
   }
   const release_policy& policy = options_.release;
   automatic_release_ = policy.immediate || policy.max_cached_bytes != no_limit || policy.decay.count() > 0;
