@@ -8,7 +8,6 @@ from . import _arguments, _library
 ANY_DEVICE = -1
 SCRATCH = 0
 PERSISTENT = 1
-_MAX_DEVICE = 2**31 - 1
 
 
 def _plain(value, minimum, maximum):
@@ -21,7 +20,7 @@ def _plain(value, minimum, maximum):
 def allocate(size, device=0, stream=None, persistent=False):
     """Allocates `size` bytes on `device` for use on `stream` (a cudaStream_t as an int, or None
     for the default stream); returns the device pointer as an int."""
-    if not (_plain(size, 0, _arguments.MAX_BYTES) and _plain(device, 0, _MAX_DEVICE)
+    if not (_plain(size, 0, _arguments.MAX_BYTES) and _plain(device, 0, _arguments.MAX_DEVICE)
             and (stream is None or _plain(stream, 1, _arguments.MAX_POINTER))):
         size = _arguments.byte_count("allocate", "size", size)
         device = _arguments.device("allocate", device)
@@ -35,7 +34,7 @@ def allocate(size, device=0, stream=None, persistent=False):
 def deallocate(ptr, device=ANY_DEVICE, stream=None):
     """Frees a pointer from allocate(); device may be left to be found. Freeing it twice raises
     TidepoolError TIDEPOOL_DOUBLE_FREE ("double free")."""
-    if not (_plain(ptr, 1, _arguments.MAX_POINTER) and _plain(device, -1, _MAX_DEVICE)
+    if not (_plain(ptr, 1, _arguments.MAX_POINTER) and _plain(device, -1, _arguments.MAX_DEVICE)
             and (stream is None or _plain(stream, 1, _arguments.MAX_POINTER))):
         ptr = _arguments.pointer("deallocate", "ptr", ptr)
         device = _arguments.device("deallocate", device, any_device=True)

@@ -11,6 +11,7 @@ from . import _errors
 # number stored unsigned lands there).
 MAX_BYTES = 2**63 - 1
 MAX_POINTER = 2**64 - 1
+MAX_DEVICE = 2**31 - 1  # a C int
 
 
 def merged_options(kind, options, changes):
@@ -53,7 +54,7 @@ def byte_count(function, name, value, allow_none=False):
 
 def device(function, value, any_device=False):
     """A device ordinal (-1, tidepool.ANY_DEVICE, where `any_device`)."""
-    return integer(function, "device", value, minimum=-1 if any_device else 0, maximum=2**31 - 1,
+    return integer(function, "device", value, minimum=-1 if any_device else 0, maximum=MAX_DEVICE,
                    what="a device number")
 
 
