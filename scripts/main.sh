@@ -3,10 +3,28 @@
 # simulated H200, printing tidepool beside the allocators users have today, and writes the same as
 # one HTML page of charts and tables (`tidepool view`): $REPORT, else $OUT/report.html, else
 # build/report.html. Extra arguments go to `tidepool view` (e.g. --passes 3).
+# Then workloads the pool was not tuned on: the loader generated with seeds 2-10 and the synthetic
+# MoE, serving and random-mix traces of bench/synthetic/make_traces.py with seeds 1-10, each
+# replayed three times beside expandable segments, one line each and the goals over all of them
+# (UNSEEN_SEEDS="1 2 3" picks fewer seeds; UNSEEN_SEEDS= skips the part).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh"
 "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=Release
 report=${REPORT:-${OUT:-$root/build}/report.html}
 mkdir -p "$(dirname "$report")"
-exec "$root/build/tools/tidepool" view "$root"/traces/*.csv.gz -o "$report" "$@"
+tool="$root/build/tools/tidepool"
+"$tool" view "$root"/traces/*.csv.gz -o "$report" "$@"
+
+seeds=${UNSEEN_SEEDS-1 2 3 4 5 6 7 8 9 10}
+[ -n "$seeds" ] || exit 0
+unseen=$(mktemp -d)
+trap 'rm -rf "$unseen"' EXIT
+for seed in $seeds; do
+  [ "$seed" = 1 ] || "$tool" generate-loader "$unseen/loader_$seed.csv.gz" --seed "$seed" > /dev/null
+  python3 "$root/bench/synthetic/make_traces.py" "$unseen/$seed" "$seed" > /dev/null
+  for kind in moe server mixed; do mv "$unseen/$seed/$kind.csv.gz" "$unseen/${kind}_$seed.csv.gz"; done
+done
+echo
+echo "=== Workloads tidepool was not tuned on (seeds: $seeds; the loader's seed 1 is the bundled trace)"
+"$tool" replay "$unseen"/*.csv.gz --allocators tidepool,expandable --passes 3 --brief

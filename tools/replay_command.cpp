@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct replay_settings {
   std::string device = "sim";
   std::vector<std::string> allocators;
   bool json = false;
+  bool brief = false;
   unsigned passes = 1;
   double growth_slack = tidepool::pool_options{}.growth_slack;
   double gpu_lag_ms = 0.0;
@@ -54,6 +56,7 @@ void run_replay(const replay_settings& settings) {
   // A row larger than the device is a bad row of the trace, named by file and line when read.
   const std::size_t capacity = make_driver(settings.device)->memory_info(0).total;
   std::vector<replay::replay_result> all;
+  replay::goal_tally tally;
   for (const std::string& path : settings.traces) {
     const replay::trace t = read_trace_to_replay(path, capacity);
     const replay::trace_summary summary = replay::summarize(t);
@@ -69,14 +72,22 @@ void run_replay(const replay_settings& settings) {
       results.push_back(replay::replay_trace(t, name, make_driver(settings.device), options));
       progress.clear();
     }
-    if (!settings.json) fmt::print("{}{}\n", replay::format_table(summary, results), replay::format_goals(results));
-    all.insert(all.end(), results.begin(), results.end());
+    const std::optional<replay::goal_verdicts> goals = replay::check_goals(results);
+    if (goals) tally.add(*goals);
+    if (settings.json) {
+      all.insert(all.end(), results.begin(), results.end());
+    } else if (settings.brief) {
+      if (goals) fmt::print("{}", replay::format_goals_brief(*goals));
+    } else {
+      fmt::print("{}{}\n", replay::format_table(summary, results), replay::format_goals(results));
+    }
   }
   if (settings.json) {
     fmt::print("{}", replay::format_json(all));
-  } else {
-    fmt::print("{}", replay_notes(settings.device == "sim"));
+    return;
   }
+  if (tally.traces > 1 || settings.brief) fmt::print("{}", replay::format_goal_tally(tally));
+  if (!settings.brief) fmt::print("{}", replay_notes(settings.device == "sim"));
 }
 
 }  // namespace
@@ -133,6 +144,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   command->add_option("traces", settings->traces, "RMM replay logs (CSV, plain or gzip)")->required();
   add_device_and_allocator_options(*command, settings->device, settings->allocators);
   command->add_flag("--json", settings->json, "print one JSON array instead of tables");
+  command->add_flag("--brief", settings->brief,
+                    "one line per trace (tidepool beside expandable segments, the goals missed) and the goals "
+                    "over all traces, instead of tables");
   command
       ->add_option("--passes", settings->passes,
                    "replay each trace this many times through one allocator (a training loop's steps); "

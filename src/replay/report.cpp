@@ -105,38 +105,127 @@ std::string format_table(const trace_summary& s, const std::vector<replay_result
   return out;
 }
 
-std::string format_goals(const std::vector<replay_result>& results) {
-  const replay_result* pool = nullptr;
-  const replay_result* expandable = nullptr;
+namespace {
+constexpr std::size_t granule = std::size_t{2} << 20;
+
+const replay_result* result_of(const std::vector<replay_result>& results, const char* allocator) {
   for (const replay_result& r : results) {
-    if (r.allocator == "tidepool") pool = &r;
-    if (r.allocator == "expandable") expandable = &r;
+    if (r.allocator == allocator) return &r;
   }
-  if (pool == nullptr || pool->peak_live_bytes == 0) return {};
-  constexpr std::size_t granule = std::size_t{2} << 20;
+  return nullptr;
+}
+
+// Driver calls in the passes after the second: a repeated trace must make none.
+std::uint64_t late_driver_calls(const replay_result& pool) {
+  std::uint64_t calls = 0;
+  for (std::size_t i = 2; i < pool.passes.size(); ++i) calls += pool.passes[i].driver_calls;
+  return calls;
+}
+
+std::size_t after_release_bound(const replay_result& pool) {
+  return static_cast<std::size_t>(static_cast<double>((pool.live_end_bytes + granule - 1) / granule * granule) *
+                                  1.02);
+}
+}  // namespace
+
+std::optional<goal_verdicts> check_goals(const std::vector<replay_result>& results) {
+  const replay_result* pool = result_of(results, "tidepool");
+  const replay_result* expandable = result_of(results, "expandable");
+  if (pool == nullptr || pool->peak_live_bytes == 0 || pool->passes.empty()) return std::nullopt;
+  goal_verdicts v;
+  v.trace = pool->trace;
+  v.held_ratio = pool->held_ratio();
+  v.first_ratio = pool->passes.front().held_ratio();
+  v.held_within_1_03 = v.held_ratio <= 1.03;
+  if (expandable != nullptr && !expandable->passes.empty()) {
+    v.expandable_ratio = expandable->held_ratio();
+    v.not_above_expandable = v.held_ratio <= *v.expandable_ratio + 1e-9;
+    v.first_pass_driver_time = pool->passes.front().driver_us <= expandable->passes.front().driver_us;
+  }
+  if (pool->passes.size() > 2) v.no_calls_after_pass_two = late_driver_calls(*pool) == 0;
+  v.after_release_within_bound = static_cast<double>(pool->held_after_release_bytes) <=
+                                 static_cast<double>(after_release_bound(*pool));
+  return v;
+}
+
+std::string format_goals(const std::vector<replay_result>& results) {
+  const std::optional<goal_verdicts> v = check_goals(results);
+  if (!v) return {};
+  const replay_result& pool = *result_of(results, "tidepool");
+  const replay_result* expandable = result_of(results, "expandable");
   auto verdict = [](bool met) { return met ? "met" : "NOT met"; };
-  const double ratio = pool->held_ratio();
-  const pass_result steady = pool->steady_state();
-  std::string out = fmt::format("  tidepool goals: peak held / peak live {:.3f} <= 1.03: {}", ratio, verdict(ratio <= 1.03));
-  if (expandable != nullptr) {
-    const pass_result& first = pool->passes.front();
-    const pass_result& exp_first = expandable->passes.front();
+  std::string out =
+      fmt::format("  tidepool goals: peak held / peak live {:.3f} <= 1.03: {}", v->held_ratio, verdict(v->held_within_1_03));
+  if (v->expandable_ratio) {
     out += fmt::format("; <= expandable's {:.3f} (every pass): {}; first-pass driver time {:.1f} ms <= expandable's {:.1f} ms: {}",
-                       expandable->held_ratio(), verdict(ratio <= expandable->held_ratio() + 1e-9),
-                       first.driver_us / 1000.0, exp_first.driver_us / 1000.0,
-                       verdict(first.driver_us <= exp_first.driver_us));
+                       *v->expandable_ratio, verdict(*v->not_above_expandable),
+                       pool.passes.front().driver_us / 1000.0, expandable->passes.front().driver_us / 1000.0,
+                       verdict(*v->first_pass_driver_time));
   }
-  if (pool->passes.size() > 2) {
-    std::uint64_t late_calls = 0;
-    for (std::size_t i = 2; i < pool->passes.size(); ++i) late_calls += pool->passes[i].driver_calls;
-    out += fmt::format("; driver calls after the second pass {}: {}", late_calls, verdict(late_calls == 0));
-  } else if (pool->passes.size() == 2) {
-    out += fmt::format("; steady-state driver calls {}", steady.driver_calls);
+  if (v->no_calls_after_pass_two) {
+    out += fmt::format("; driver calls after the second pass {}: {}", late_driver_calls(pool),
+                       verdict(*v->no_calls_after_pass_two));
+  } else if (pool.passes.size() == 2) {
+    out += fmt::format("; steady-state driver calls {}", pool.steady_state().driver_calls);
   }
-  const double bound = static_cast<double>((pool->live_end_bytes + granule - 1) / granule * granule) * 1.02;
   out += fmt::format("; after release {} <= {} (live at end in 2 MiB pages, +2%): {}\n",
-                     format_bytes(pool->held_after_release_bytes), format_bytes(static_cast<std::size_t>(bound)),
-                     verdict(static_cast<double>(pool->held_after_release_bytes) <= bound));
+                     format_bytes(pool.held_after_release_bytes), format_bytes(after_release_bound(pool)),
+                     verdict(v->after_release_within_bound));
+  return out;
+}
+
+void goal_tally::add(const goal_verdicts& v) {
+  ++traces;
+  held_within_1_03 += v.held_within_1_03 ? 1 : 0;
+  after_release_within_bound += v.after_release_within_bound ? 1 : 0;
+  if (v.expandable_ratio) {
+    ++compared_with_expandable;
+    not_above_expandable += *v.not_above_expandable ? 1 : 0;
+    first_pass_driver_time += *v.first_pass_driver_time ? 1 : 0;
+    const double above = v.held_ratio - *v.expandable_ratio;
+    if (above > worst_above_expandable) {
+      worst_above_expandable = above;
+      worst_trace = v.trace;
+    }
+  }
+  if (v.no_calls_after_pass_two) {
+    ++with_three_passes;
+    no_calls_after_pass_two += *v.no_calls_after_pass_two ? 1 : 0;
+  }
+}
+
+std::string format_goals_brief(const goal_verdicts& v) {
+  std::vector<const char*> missed;
+  if (!v.held_within_1_03) missed.push_back("<= 1.03");
+  if (v.not_above_expandable && !*v.not_above_expandable) missed.push_back("<= expandable");
+  if (v.first_pass_driver_time && !*v.first_pass_driver_time) missed.push_back("first-pass driver time");
+  if (v.no_calls_after_pass_two && !*v.no_calls_after_pass_two) missed.push_back("no calls after pass 2");
+  if (!v.after_release_within_bound) missed.push_back("after release");
+  std::string out = fmt::format("{}: tidepool {:.3f} first pass, {:.3f} worst pass", v.trace, v.first_ratio, v.held_ratio);
+  if (v.expandable_ratio) out += fmt::format("; expandable {:.3f}", *v.expandable_ratio);
+  if (missed.empty()) return out + "; every goal met\n";
+  std::string list;
+  for (const char* goal : missed) list += list.empty() ? goal : fmt::format(", {}", goal);
+  return out + fmt::format("; NOT met: {}\n", list);
+}
+
+std::string format_goal_tally(const goal_tally& t) {
+  std::string out = fmt::format("tidepool's goals over {} traces (each trace's worst pass):\n", t.traces);
+  out += fmt::format("  peak held / peak live <= 1.03: met on {} of {}\n", t.held_within_1_03, t.traces);
+  if (t.compared_with_expandable != 0) {
+    out += fmt::format("  no more than expandable segments: met on {} of {}", t.not_above_expandable,
+                       t.compared_with_expandable);
+    out += t.worst_trace.empty() ? std::string("\n")
+                                 : fmt::format(" (most above: {:+.3f} on {})\n", t.worst_above_expandable, t.worst_trace);
+    out += fmt::format("  first-pass driver time no more than expandable segments': met on {} of {}\n",
+                       t.first_pass_driver_time, t.compared_with_expandable);
+  }
+  if (t.with_three_passes != 0) {
+    out += fmt::format("  no driver call after the second pass: met on {} of {}\n", t.no_calls_after_pass_two,
+                       t.with_three_passes);
+  }
+  out += fmt::format("  held after release within live at end in 2 MiB pages + 2%: met on {} of {}\n",
+                     t.after_release_within_bound, t.traces);
   return out;
 }
 

@@ -2,6 +2,7 @@
 // one JSON array (one object per trace and allocator).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,49 @@ namespace tidepool::replay {
 /// plus 2%. Empty when there is no tidepool result; the expandable comparisons are left out
 /// when there is no expandable result.
 [[nodiscard]] std::string format_goals(const std::vector<replay_result>& results);
+
+/// The verdicts format_goals prints, as values. A comparison that cannot be made is unset: the
+/// expandable ones without an expandable result, the late calls with fewer than three passes.
+struct goal_verdicts {
+  std::string trace;
+  double held_ratio = 0;                        ///< tidepool's peak held / peak live, worst pass
+  double first_ratio = 0;                       ///< the same, first pass
+  std::optional<double> expandable_ratio;       ///< expandable segments', worst pass
+  bool held_within_1_03 = false;                ///< held_ratio <= 1.03
+  std::optional<bool> not_above_expandable;     ///< held_ratio <= expandable_ratio
+  std::optional<bool> first_pass_driver_time;   ///< first-pass driver time <= expandable's
+  std::optional<bool> no_calls_after_pass_two;  ///< no driver call in pass 3 or later
+  bool after_release_within_bound = false;      ///< held after release <= live at end in 2 MiB pages + 2%
+};
+
+/// format_goals' checks on one trace's results; nullopt when there is no tidepool result (or it
+/// saw nothing live).
+[[nodiscard]] std::optional<goal_verdicts> check_goals(const std::vector<replay_result>& results);
+
+/// The goals over many traces: on how many each is met, and where tidepool holds most above
+/// expandable segments. A figure that holds only on the traces it was tuned on shows here when the
+/// traces include workloads it was not (`scripts/main.sh` replays generated ones).
+struct goal_tally {
+  unsigned traces = 0;
+  unsigned held_within_1_03 = 0;
+  unsigned compared_with_expandable = 0;  ///< traces with an expandable result
+  unsigned not_above_expandable = 0;
+  unsigned first_pass_driver_time = 0;
+  unsigned with_three_passes = 0;         ///< traces replayed three times or more
+  unsigned no_calls_after_pass_two = 0;
+  unsigned after_release_within_bound = 0;
+  double worst_above_expandable = 0;      ///< largest held_ratio - expandable_ratio (0 if never above)
+  std::string worst_trace;                ///< the trace it was measured on
+
+  void add(const goal_verdicts& v);
+};
+
+/// One line per trace (tidepool's first pass and worst pass beside expandable's, and the goals
+/// missed), for replays of many traces (`tidepool replay --brief`).
+[[nodiscard]] std::string format_goals_brief(const goal_verdicts& v);
+
+/// The tally as a few lines: each goal, met on how many traces of how many.
+[[nodiscard]] std::string format_goal_tally(const goal_tally& tally);
 
 /// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,
 /// peak_live_bytes, peak_held_bytes, held_ratio, held_end_bytes, held_after_release_bytes,

@@ -172,6 +172,58 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
             std::string::npos)
       << goals;
   EXPECT_EQ(format_goals({expandable}), "");
+
+  // The same verdicts as values, and over several traces.
+  pool.trace = "loop.csv.gz";
+  const std::optional<goal_verdicts> v = check_goals({pool, expandable});
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->held_within_1_03);
+  EXPECT_EQ(v->not_above_expandable, std::optional<bool>(true));
+  EXPECT_EQ(v->first_pass_driver_time, std::optional<bool>(true));
+  EXPECT_EQ(v->no_calls_after_pass_two, std::optional<bool>(true));
+  EXPECT_FALSE(v->after_release_within_bound);
+  EXPECT_EQ(format_goals_brief(*v),
+            "loop.csv.gz: tidepool 1.040 first pass, 1.040 worst pass; expandable 1.050; NOT met: <= 1.03, after release\n");
+  EXPECT_FALSE(check_goals({expandable}).has_value());
+
+  // A second trace where tidepool holds more than expandable segments, replayed twice only (no
+  // late-call verdict) and with no expandable result beside a third.
+  replay_result above = pool;
+  above.trace = "server.csv.gz";
+  above.peak_held_bytes = 112 * MiB;
+  above.held_after_release_bytes = 4 * MiB;
+  above.passes = {pass(100 * MiB, 110 * MiB, 10, 300), pass(100 * MiB, 112 * MiB, 1, 1)};
+  const std::optional<goal_verdicts> w = check_goals({above, expandable});
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->not_above_expandable, std::optional<bool>(false));
+  EXPECT_EQ(w->first_pass_driver_time, std::optional<bool>(false));
+  EXPECT_FALSE(w->no_calls_after_pass_two.has_value());
+  EXPECT_EQ(format_goals_brief(*w), "server.csv.gz: tidepool 1.100 first pass, 1.120 worst pass; expandable 1.050; "
+                                    "NOT met: <= 1.03, <= expandable, first-pass driver time\n");
+  const std::optional<goal_verdicts> alone = check_goals({pool});
+  ASSERT_TRUE(alone.has_value());
+  EXPECT_FALSE(alone->expandable_ratio.has_value());
+
+  goal_tally tally;
+  tally.add(*v);
+  tally.add(*w);
+  tally.add(*alone);
+  EXPECT_EQ(tally.traces, 3u);
+  EXPECT_EQ(tally.compared_with_expandable, 2u);
+  EXPECT_EQ(tally.not_above_expandable, 1u);
+  EXPECT_EQ(tally.with_three_passes, 2u);
+  EXPECT_EQ(tally.no_calls_after_pass_two, 2u);
+  EXPECT_EQ(tally.after_release_within_bound, 1u);
+  EXPECT_NEAR(tally.worst_above_expandable, 0.07, 1e-9);
+  EXPECT_EQ(tally.worst_trace, "server.csv.gz");
+  const std::string text = format_goal_tally(tally);
+  EXPECT_NE(text.find("over 3 traces"), std::string::npos) << text;
+  EXPECT_NE(text.find("<= 1.03: met on 0 of 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("no more than expandable segments: met on 1 of 2 (most above: +0.070 on server.csv.gz)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("no driver call after the second pass: met on 2 of 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("+ 2%: met on 1 of 3"), std::string::npos) << text;
 }
 
 TEST(ReplayReport, TableSaysLiveAllocationsAreLeftAllocated) {
