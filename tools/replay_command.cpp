@@ -53,6 +53,10 @@ class progress_line {
 
 void run_replay(const replay_settings& settings) {
   const std::vector<std::string> allocators = chosen_allocators(settings.allocators);
+  if (settings.brief && std::find(allocators.begin(), allocators.end(), "tidepool") == allocators.end()) {
+    throw error(error_code::invalid_argument,
+                "--brief prints tidepool's goals on each trace: --allocators must include tidepool");
+  }
   // A row larger than the device is a bad row of the trace, named by file and line when read.
   const std::size_t capacity = make_driver(settings.device)->memory_info(0).total;
   std::vector<replay::replay_result> all;
@@ -143,10 +147,12 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand("replay", "Replay RMM allocation logs against tidepool and today's allocators");
   command->add_option("traces", settings->traces, "RMM replay logs (CSV, plain or gzip)")->required();
   add_device_and_allocator_options(*command, settings->device, settings->allocators);
-  command->add_flag("--json", settings->json, "print one JSON array instead of tables");
-  command->add_flag("--brief", settings->brief,
-                    "one line per trace (tidepool beside expandable segments, the goals missed) and the goals "
-                    "over all traces, instead of tables");
+  auto* json = command->add_flag("--json", settings->json, "print one JSON array instead of tables");
+  command
+      ->add_flag("--brief", settings->brief,
+                 "one line per trace (tidepool beside expandable segments, the goals missed) and the goals "
+                 "over all traces, instead of tables")
+      ->excludes(json);
   command
       ->add_option("--passes", settings->passes,
                    "replay each trace this many times through one allocator (a training loop's steps); "
