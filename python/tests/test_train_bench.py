@@ -233,7 +233,8 @@ def _result(allocator, median, held, in_use, nvml=None, **extra):
 def test_table_ratios_and_errors():
     results = [_result("default", 150.0, 1250, 1000, nvml=1300, driver_calls=201),
                _result("expandable", 120.0, 1120, 1000),
-               _result("tidepool", 180.0, 1510, 1000, nvml=1600, driver_calls=40754, driver_ms=979.04),
+               _result("tidepool", 180.0, 1510, 1000, nvml=1600, driver_calls=40754, driver_ms=979.04,
+                       median_step_cpu_ms=171.25),
                {"workload": "timm-vit-train", "allocator": "tidepool", "error": "ModuleNotFoundError: timm"}]
     assert report.best_torch_median(results) == 120.0
     assert report.held_ratios(results[0]) == (1.25, 1.3)
@@ -243,9 +244,10 @@ def test_table_ratios_and_errors():
     default, expandable, tidepool, error = (line.split() for line in lines[1:5])
     assert default[-2] == "1.250" and expandable[-2] == "1.000" and tidepool[-2] == "1.500"  # vs best
     assert tidepool[-1] == "-"  # no step times: no paired ratio
-    assert tidepool[6:10] == ["1.510", "1.600", "40754", "979.0"]
-    assert default[8:10] == ["201", "-"]
-    assert expandable[7:9] == ["-", "-"]
+    assert tidepool[4] == "171.2" and default[4] == "-"  # CPU time of a step, where measured
+    assert tidepool[7:11] == ["1.510", "1.600", "40754", "979.0"]
+    assert default[9:11] == ["201", "-"]
+    assert expandable[8:10] == ["-", "-"]
     assert error[:3] == ["timm-vit-train", "tidepool", "error"]
     assert lines[-1] == "  timm-vit-train / tidepool: ModuleNotFoundError: timm"
     # Runs of one workload whose shapes differ are pointed out.

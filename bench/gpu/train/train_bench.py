@@ -199,12 +199,15 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
     shapes = spec.shapes(seed, steps)
     try:
         workload = workloads.build(spec, shapes, seed)
-        seconds = workloads.run_steps(workload, steps)
+        cpu_seconds = []
+        seconds = workloads.run_steps(workload, steps, cpu_seconds)
     finally:
         if monitor is not None:
             monitor.stop()
     result.update(report.step_statistics(seconds, warmup))
     result["step_ms"] = [round(s * 1e3, 3) for s in seconds]
+    result["step_cpu_ms"] = [round(s * 1e3, 3) for s in cpu_seconds]
+    result["median_step_cpu_ms"] = report.percentile(cpu_seconds[warmup:], 50) * 1e3
     result["shapes_digest"] = catalog.shapes_digest(shapes)
     result.update(workload.info())
     if monitor is not None:

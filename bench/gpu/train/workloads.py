@@ -172,12 +172,17 @@ def build(spec, shapes, seed):
     raise ValueError(f"no workload {spec.name!r}")
 
 
-def run_steps(workload, steps):
-    """Runs `steps` steps; returns each one's wall time in seconds, to a torch.cuda.synchronize()."""
+def run_steps(workload, steps, cpu_seconds=None):
+    """Runs `steps` steps; returns each one's wall time in seconds, to a torch.cuda.synchronize().
+    With a list `cpu_seconds`, appends each step's CPU time of the process (every thread, the
+    synchronize's wait included): a step whose CPU time is near its wall time is bound by the host
+    (Python, launches, the allocator's own work), one far below it by the GPU."""
     seconds = []
     for i in range(steps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         workload.step(i)
         torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
+        if cpu_seconds is not None:
+            cpu_seconds.append(time.process_time() - cpu_start)
     return seconds
