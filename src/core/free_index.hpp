@@ -6,10 +6,14 @@
 // are non-empty, so finding a fit is a scan of a few entries of one list and then two
 // count-trailing-zeros: O(1), not a tree walk (a std::set costs a node allocation per free).
 //
-// find() is best fit within the request's own class (bounded scan) and first fit from the next
-// non-empty class, whose every block fits: at most 1/16 larger than the best, and the rest of the
-// block stays free, so the difference is not lost. Lists are LIFO: the block freed last is reused
-// first, which keeps the same-size pair on one warm block.
+// find() is best fit: the smallest block that fits, in the request's own class or else in the next
+// non-empty one (a bounded scan of each list), the lower address among blocks of one size, the
+// order PyTorch's allocator keeps its free blocks in. So which block serves a request does not
+// depend on the order of earlier frees, and a trace replayed pass after pass lays out as it did
+// before: taking the head of the next class (the block freed last) made later passes of 18 of 46
+// traces hold more than their first (docs/RESULTS.md, section 0). A block of exactly the size asked
+// for is taken at once: lists are LIFO, so that is the one freed last, and a same-size pair stays
+// on one warm block.
 #pragma once
 
 #include <array>
@@ -69,7 +73,9 @@ class free_index {
     bytes_ -= b->size;
   }
 
-  /// A block of at least `bytes` (a multiple of 512), nearly the smallest such; nullptr if none.
+  /// A block of exactly `bytes` (a multiple of 512), else the smallest larger one among the first
+  /// max_scan of its class, or else of the next non-empty class, the lowest address among equals;
+  /// nullptr if none.
   [[nodiscard]] block* find(std::size_t bytes) const noexcept {
     if (count_ == 0) return nullptr;
     const unsigned bin = bin_of(bytes);
@@ -77,11 +83,16 @@ class free_index {
     unsigned scanned = 0;
     for (block* b = heads_[bin]; b != nullptr && scanned < max_scan; b = b->link_next, ++scanned) {
       if (b->size == bytes) return b;
-      if (b->size > bytes && (best == nullptr || b->size < best->size)) best = b;
+      if (b->size > bytes && better(b, best)) best = b;
     }
     if (best != nullptr) return best;
     const unsigned above = next_nonempty(bin + 1);
-    return above < bins ? heads_[above] : nullptr;
+    if (above >= bins) return nullptr;
+    scanned = 0;
+    for (block* b = heads_[above]; b != nullptr && scanned < max_scan; b = b->link_next, ++scanned) {
+      if (better(b, best)) best = b;
+    }
+    return best;
   }
 
   /// The first non-empty class at or above `bin`, or `bins` if none.
@@ -126,6 +137,11 @@ class free_index {
 
  private:
   static constexpr unsigned max_scan = 16;
+
+  // Smaller first, then the lower address.
+  [[nodiscard]] static bool better(const block* b, const block* best) noexcept {
+    return best == nullptr || b->size < best->size || (b->size == best->size && b->address < best->address);
+  }
 
   std::array<block*, bins> heads_{};
   std::array<std::uint64_t, words> words_{};

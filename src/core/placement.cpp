@@ -1,10 +1,10 @@
-// Placement: where a request of a granule or more goes inside the free block that serves it, and
+// Placement: which free block serves a request of the large arenas (or of a granule or more), and
 // when a large handle that the block would cut is split.
 //
-// A block of a granule or more starts at the first granule boundary of its free block when that
-// touches fewer granules (a 32 MiB request at a boundary touches 16 granules, not 17): after
-// release() the pool holds the handles live blocks touch, so a granule touched needlessly may be
-// held needlessly.
+// A block starts where its free block starts, as in PyTorch's allocator. Starting a block of a
+// granule or more at the next granule boundary instead (so a 32 MiB request touched 16 granules,
+// not 17) left a sliver below it that later requests did not fit: with it tidepool held more than expandable
+// segments on 18 of 46 traces (worst pass of three), without it on 6 (docs/RESULTS.md, section 0).
 //
 // In the large arenas handles are as large as the growth that made them (up to 64 MiB,
 // page_table.cpp), and a handle goes back whole or not at all. Placement itself ignores handles:
@@ -135,13 +135,7 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
     slots_[c->owner]->remove(c);
     return split_around(c, nullptr, 0, c->address, bytes, slot);
   }
-  auto granules = [&](device_address from) { return (round_up(from + bytes, g) - round_down(from, g)) / g; };
-  device_address start = c->address;
-  const device_address aligned = round_up(start, g);
-  if (bytes >= g && aligned != start && aligned + bytes <= c->end() &&
-      (bytes % g == 0 && granules(aligned) < granules(start))) {
-    start = aligned;
-  }
+  const device_address start = c->address;
   if (!guards_large_handles_) {
     slots_[c->owner]->remove(c);
     return split_around(c, nullptr, 0, start, bytes, slot);

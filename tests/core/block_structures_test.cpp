@@ -1,7 +1,8 @@
-// The core's two hot data structures on their own: the free index (size classes, nearly best fit)
+// The core's two hot data structures on their own: the free index (size classes, best fit)
 // and the address map (open addressing with backward-shift deletion), against simple references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -57,6 +58,37 @@ TEST(FreeIndex, ExactFitsComeFirst) {
   EXPECT_EQ(index.find(3 << 20), exact);
   EXPECT_EQ(index.find((3 << 20) + 512), big);
   EXPECT_EQ(index.highest_nonempty(), free_index::bin_of(64 << 20));
+}
+
+// Which block serves a request must not depend on the order blocks were freed in: the smallest
+// that fits, in the request's class or the next non-empty one, the lowest address among equals.
+// (Taking the head of the next class, the block freed last, made a trace replayed pass after pass
+// lay out differently each pass.)
+TEST(FreeIndex, TheSmallestOfTheNextClassAndTheLowestAddressAmongEquals) {
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  const std::size_t want = 400 * MiB;  // its class holds 400-416 MiB; the next, 416-432
+  const std::size_t sizes[] = {446 * MiB, 430 * MiB, 418 * MiB, 430 * MiB, 418 * MiB};
+  const device_address addresses[] = {0x5000, 0x4000, 0x3000, 0x2000, 0x1000};
+  for (bool reversed : {false, true}) {
+    block_slab slab;
+    free_index index;
+    std::vector<block*> blocks;
+    for (int i = 0; i < 5; ++i) {
+      block* b = slab.make();
+      b->size = sizes[i];
+      b->address = addresses[i];
+      blocks.push_back(b);
+    }
+    if (reversed) std::reverse(blocks.begin(), blocks.end());
+    for (block* b : blocks) index.insert(b);
+    ASSERT_EQ(free_index::bin_of(want) + 1, free_index::bin_of(418 * MiB));
+    const block* found = index.find(want);
+    ASSERT_NE(found, nullptr);
+    EXPECT_EQ(found->size, 418 * MiB);
+    EXPECT_EQ(found->address, device_address{0x1000});
+    // Within the request's own class too: smallest, then lowest address.
+    EXPECT_EQ(index.find(417 * MiB)->address, device_address{0x1000});
+  }
 }
 
 TEST(AddressMap, MatchesAStdMapUnderChurn) {
