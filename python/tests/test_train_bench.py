@@ -110,7 +110,7 @@ def test_tidepool_options():
 
 
 @pytest.mark.parametrize("argv", [["--tidepool-option", "x"], ["--workloads", "bert"], ["--allocators", "cuda"],
-                                  ["--steps", "0"], ["--timeout", "0"], ["--worker"],
+                                  ["--steps", "0"], ["--timeout", "0"], ["--repeats", "0"], ["--worker"],
                                   ["--worker", "--workloads", "gpt-vary,gpt-fixed", "--allocators", "default"]])
 def test_bad_flags_are_refused_clearly(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -334,3 +334,62 @@ def test_launcher_reports_a_failed_workload_and_goes_on(tmp_path):
     summary = run.stdout.split("=== every workload")[1].splitlines()[2:6]
     assert [line.split()[:3] for line in summary] == [
         [r["workload"], r["allocator"], "error"] for r in results]
+
+
+def test_run_order_puts_each_allocator_in_every_position_once():
+    allocators = ["default", "expandable", "tidepool"]
+    orders = [report.run_order(allocators, r) for r in range(3)]
+    assert orders == [["default", "expandable", "tidepool"], ["expandable", "tidepool", "default"],
+                      ["tidepool", "default", "expandable"]]
+    for position in range(3):
+        assert sorted(order[position] for order in orders) == sorted(allocators)
+    assert report.run_order(allocators, 3) == allocators
+    assert report.run_order(["tidepool"], 5) == ["tidepool"]
+
+
+def _run(allocator, steps, held, in_use=1000, cpu=None, digest="d", warmup=1):
+    r = {"workload": "hf-llama-generate", "allocator": allocator, "warmup": warmup, "step_ms": steps,
+         "median_step_ms": report.percentile(steps[warmup:], 50), "shapes_digest": digest,
+         "peak_held_bytes": held, "peak_in_use_bytes": in_use}
+    if cpu is not None:
+        r["step_cpu_ms"] = cpu
+    return r
+
+
+def test_combine_repeats_takes_each_steps_geometric_mean_and_the_worst_memory():
+    runs = [_run("tidepool", [100.0, 400.0, 100.0, 900.0], 1100, cpu=[1.0, 4.0, 1.0, 9.0]),
+            _run("tidepool", [100.0, 100.0, 400.0, 100.0], 1300, cpu=[1.0, 1.0, 4.0, 1.0]),
+            {"workload": "hf-llama-generate", "allocator": "tidepool", "error": "killed by signal 9"}]
+    c = report.combine_repeats(runs)
+    assert c["step_ms"] == [100.0, 200.0, 200.0, 300.0]  # sqrt(400 * 100), sqrt(100 * 400), sqrt(900 * 100)
+    assert c["median_step_ms"] == pytest.approx(200.0)  # of the steps after the warm-up step
+    assert c["step_cpu_ms"] == [1.0, 2.0, 2.0, 3.0] and c["median_step_cpu_ms"] == pytest.approx(2.0)
+    assert c["first_steps_s"] == pytest.approx(0.8)
+    assert c["peak_held_bytes"] == 1300  # the run that held most over in use
+    assert c["repeats"] == 2 and c["run_medians_ms"] == [400.0, 100.0]
+    # A run without CPU times leaves the combination without them; no usable run gives None.
+    runs[1].pop("step_cpu_ms")
+    c = report.combine_repeats(runs)
+    assert "step_cpu_ms" not in c and "median_step_cpu_ms" not in c
+    assert report.combine_repeats(runs[2:]) is None
+    # Runs over different shapes cannot be paired step by step.
+    with pytest.raises(ValueError, match="different shapes"):
+        report.combine_repeats([_run("tidepool", [1.0, 2.0], 1), _run("tidepool", [1.0, 2.0], 1, digest="e")])
+
+
+def test_launcher_repeats_rotate_the_order_and_keep_every_log(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "LOG_DIR", "TIDEPOOL_RECORD")}
+    run = subprocess.run([sys.executable, os.path.join(TRAIN, "train_bench.py"), "--workloads", "gpt-small-vary",
+                          "--allocators", "default,tidepool", "--steps", "3", "--repeats", "2",
+                          "--log-dir", str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    results = [json.loads(line) for line in (tmp_path / "train-bench.jsonl").read_text().splitlines()]
+    assert [(r["allocator"], r.get("run")) for r in results] == [
+        ("default", 1), ("tidepool", 1), ("tidepool", 2), ("default", 2),
+        ("default", None), ("tidepool", None)]  # the last two: over both runs, which both failed
+    for r in results[:4]:
+        assert r["error"].startswith("ModuleNotFoundError"), r
+        assert (tmp_path / "train-bench" / f"gpt-small-vary.{r['allocator']}.run{r['run']}.log").exists()
+    for r in results[4:]:
+        assert r["error"].startswith("all 2 runs failed; the last: ModuleNotFoundError"), r
+    assert "=== gpt-small-vary over 2 runs" in run.stdout

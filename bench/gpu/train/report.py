@@ -31,6 +31,53 @@ def step_statistics(seconds, warmup):
             "first_steps": len(first), "first_steps_s": sum(first), "total_s": sum(seconds)}
 
 
+def run_order(allocators, repeat):
+    """The allocators in the order of run `repeat` (0-based): rotated by one place each run, so each
+    allocator runs in every position once in len(allocators) runs. The host's state drifts over a
+    sequence of processes (the third of three ran 12-22% slower in both orders of a host-bound
+    loop, docs/RESULTS.md section 0), so a fixed order would charge that drift to one allocator."""
+    shift = repeat % len(allocators)
+    return list(allocators[shift:]) + list(allocators[:shift])
+
+
+def combine_repeats(runs):
+    """One result from several runs of one workload under one allocator: each step's time is the
+    geometric mean of that step over the runs (the same shapes in each), and the step statistics
+    are recomputed from those; memory and driver figures are the run that held most over in use
+    (the worst case a user meets). `run_medians_ms` lists each run's own median step. Runs that
+    failed are left out; None if none is left."""
+    ok = [r for r in runs if "error" not in r and r.get("step_ms")]
+    if not ok:
+        return None
+    lengths = {len(r["step_ms"]) for r in ok}
+    digests = {r.get("shapes_digest") for r in ok}
+    if len(lengths) != 1 or len(digests) != 1:
+        raise ValueError(f"{ok[0]['workload']} / {ok[0]['allocator']}: the runs took different shapes")
+    worst = max(ok, key=lambda r: held_ratios(r)[0] or 0.0)
+    combined = dict(worst)
+    warmup = worst.get("warmup", 0)
+
+    def geometric_means(key):
+        series = [r[key] for r in ok if r.get(key) and len(r[key]) == len(ok[0]["step_ms"])]
+        if len(series) != len(ok):
+            return None
+        return [math.exp(sum(math.log(max(v, 1e-9)) for v in column) / len(column)) for column in zip(*series)]
+
+    steps = geometric_means("step_ms")
+    combined["step_ms"] = [round(v, 3) for v in steps]
+    combined.update(step_statistics([v / 1e3 for v in steps], warmup))
+    cpu = geometric_means("step_cpu_ms")
+    if cpu is not None:
+        combined["step_cpu_ms"] = [round(v, 3) for v in cpu]
+        combined["median_step_cpu_ms"] = percentile(cpu[warmup:], 50)
+    else:
+        combined.pop("step_cpu_ms", None)
+        combined.pop("median_step_cpu_ms", None)
+    combined["repeats"] = len(ok)
+    combined["run_medians_ms"] = [r["median_step_ms"] for r in ok]
+    return combined
+
+
 def parse_result(stdout):
     """The result a worker printed: the last line of `stdout` that is a JSON object with a
     "workload" key (libraries may print other lines before it). None if there is none."""

@@ -4,7 +4,7 @@ each workload and allocator in its own process.
 
     TIDEPOOL_LIBRARY=$PWD/build/src/libtidepool.so python3 bench/gpu/train/train_bench.py \\
         [--workloads gpt-vary,...] [--allocators default,expandable,tidepool] [--steps N] [--log-dir DIR]
-        [--tidepool-option growth_slack=0.05 ...] [--record]
+        [--tidepool-option growth_slack=0.05 ...] [--record] [--repeats N]
 
 Per run, the child prints one JSON line: median and p90 step time after the warm-up (each step
 timed to a torch.cuda.synchronize()), the time of the first 10 steps, peak in use and peak held by
@@ -17,7 +17,9 @@ Exit status 1 if any run failed. `--list` lists the workloads. The allocator `ti
 `--allocators tidepool,tidepool+record` each table ends with what the recording cost (median step
 against median step). `--record` has every tidepool run record (to WORKLOAD.ALLOCATOR.csv.gz); an
 inherited TIDEPOOL_RECORD reaches the tidepool runs too (use "%p" in it: each run is a process of
-its own).
+its own). `--repeats N` runs each pair N times, the allocators' order rotated each time, and adds a
+table over the runs (each step the geometric mean of its N times): for loops bound by the host,
+whose processes differ by 10-20% whatever the allocator.
 """
 
 import argparse
@@ -51,6 +53,11 @@ def parse_args(argv=None):
     parser.add_argument("--warmup", type=int, help="leading steps left out of median and p90 "
                         "(default: the workload's, 10 for training and 2 for generation)")
     parser.add_argument("--seed", type=int, default=0, help="seed of shapes, weights and data (default 0)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each workload under each allocator, the order of the allocators "
+                        "rotated each time; the table adds one row per allocator over all runs (each "
+                        "step the geometric mean of its runs). For loops bound by the host, whose "
+                        "processes differ by 10-20%% whatever the allocator (default 1)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per run before it is killed (300)")
     parser.add_argument("--nvml-interval-ms", type=float, default=5, help="NVML sampling period (5 ms)")
     parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
@@ -77,6 +84,8 @@ def parse_args(argv=None):
         value = getattr(args, name)
         if value is not None and value < (1 if name == "steps" else 0):
             parser.error(f"--{name} must be at least {1 if name == 'steps' else 0}")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     if args.timeout <= 0 or args.nvml_interval_ms <= 0:
         parser.error("--timeout and --nvml-interval-ms must be positive")
     if args.worker and (len(args.workloads) != 1 or len(args.allocators) != 1):
@@ -251,8 +260,9 @@ def log_dir_of(args):
             or os.path.join(REPO_ROOT, "gpu-logs"))
 
 
-def run_child(workload, allocator, args, log_path):
-    """Runs one worker; returns its result (or the record of its failure)."""
+def run_child(workload, allocator, args, log_path, tag=""):
+    """Runs one worker; returns its result (or the record of its failure). `tag` ends the names of
+    its recording file (as it ends `log_path`'s), so repeated runs keep theirs apart."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--workloads", workload,
                "--allocators", allocator, "--seed", str(args.seed),
                "--nvml-interval-ms", str(args.nvml_interval_ms)]
@@ -263,7 +273,7 @@ def run_child(workload, allocator, args, log_path):
         command += ["--tidepool-option", option]
     record = None
     if allocator == catalog.RECORDING or (args.record and catalog.uses_tidepool(allocator)):
-        record = os.path.join(os.path.dirname(log_path), f"{workload}.{allocator}.csv.gz")
+        record = os.path.join(os.path.dirname(log_path), f"{workload}.{allocator}{tag}.csv.gz")
     env = catalog.child_environment(os.environ, allocator, PYTHON_ROOT, record=record)
     result = report.run_child(command, env, log_path, args.timeout, workload, allocator)
     if "TIDEPOOL_RECORD" in env:
@@ -285,22 +295,50 @@ def launch(args):
     with open(jsonl_path, "w") as jsonl:
         for workload in args.workloads:
             rows = []
-            for allocator in args.allocators:
-                start = time.monotonic()
-                log_path = os.path.join(run_logs, f"{workload}.{allocator}.log")
-                result = run_child(workload, allocator, args, log_path)
-                jsonl.write(json.dumps(result) + "\n")
-                jsonl.flush()
-                rows.append(result)
-                state = "error: " + result["error"] if "error" in result else "ok"
-                print(f"  {workload} / {allocator}: {time.monotonic() - start:.1f} s, {state}", flush=True)
-            results.extend(rows)
+            for repeat in range(args.repeats):
+                for allocator in report.run_order(args.allocators, repeat):
+                    tag = f".run{repeat + 1}" if args.repeats > 1 else ""
+                    start = time.monotonic()
+                    log_path = os.path.join(run_logs, f"{workload}.{allocator}{tag}.log")
+                    result = run_child(workload, allocator, args, log_path, tag)
+                    if args.repeats > 1:
+                        result["run"] = repeat + 1
+                    jsonl.write(json.dumps(result) + "\n")
+                    jsonl.flush()
+                    rows.append(result)
+                    state = "error: " + result["error"] if "error" in result else "ok"
+                    print(f"  {workload} / {allocator}{tag}: {time.monotonic() - start:.1f} s, {state}", flush=True)
             print(report.table(rows) + "\n", flush=True)
+            if args.repeats > 1:
+                rows = combined_rows(workload, rows, args.allocators)
+                for row in rows:
+                    jsonl.write(json.dumps(row) + "\n")
+                print(f"=== {workload} over {args.repeats} runs (each step the geometric mean of its runs; "
+                      "memory: the run that held most)", flush=True)
+                print(report.table(rows) + "\n", flush=True)
+            results.extend(rows)
     if len(args.workloads) > 1:
         print("=== every workload (vs best: median step / the lower of PyTorch default and expandable; "
               "paired: the median of step-by-step ratios to that run)")
         print(report.table(results), flush=True)
     return 1 if any("error" in r for r in results) else 0
+
+
+def combined_rows(workload, rows, allocators):
+    """Per allocator, its runs of `workload` combined (report.combine_repeats); an allocator all of
+    whose runs failed gets a failure naming the last run's error."""
+    out = []
+    for allocator in allocators:
+        runs = [r for r in rows if r["allocator"] == allocator]
+        try:
+            combined = report.combine_repeats(runs)
+        except ValueError as e:  # runs that took different shapes: nothing to pair step by step
+            combined = {"workload": workload, "allocator": allocator, "error": str(e)}
+        if combined is None:
+            combined = {"workload": workload, "allocator": allocator,
+                        "error": f"all {len(runs)} runs failed; the last: {runs[-1].get('error')}"}
+        out.append(combined)
+    return out
 
 
 def main(argv=None):
