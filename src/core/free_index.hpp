@@ -6,14 +6,14 @@
 // are non-empty, so finding a fit is a scan of a few entries of one list and then two
 // count-trailing-zeros: O(1), not a tree walk (a std::set costs a node allocation per free).
 //
-// find() is best fit: the smallest block that fits, in the request's own class or else in the next
-// non-empty one (a bounded scan of each list), the lower address among blocks of one size, the
-// order PyTorch's allocator keeps its free blocks in. So which block serves a request does not
-// depend on the order of earlier frees, and a trace replayed pass after pass lays out as it did
-// before: taking the head of the next class (the block freed last) made later passes of 18 of 46
-// traces hold more than their first (docs/RESULTS.md, section 0). A block of exactly the size asked
-// for is taken at once: lists are LIFO, so that is the one freed last, and a same-size pair stays
-// on one warm block.
+// find() is best fit: a block of exactly the size asked for at once (lists are LIFO, so the one
+// freed last: a same-size pair stays on one warm block), else the smallest block that fits, in the
+// request's own class or else in the next non-empty one (a bounded scan of each list), the lower
+// address among blocks of one size, the order PyTorch's allocator keeps its free blocks in. So
+// which larger block serves a request does not depend on the order of earlier frees, and a trace
+// replayed pass after pass lays out as it did before: taking the head of the next class (the
+// block freed last) made later passes hold more than the first on 17 traces of 46, this on 10
+// (docs/RESULTS.md, section 0).
 #pragma once
 
 #include <array>

@@ -148,8 +148,8 @@ def paired_ratio(run, reference):
     return percentile(ratios, 50) if ratios else None
 
 
-COLUMNS = ("workload", "allocator", "median ms", "p90 ms", "cpu ms", "first10 s", "in use GiB", "held/use",
-           "NVML/use", "driver calls", "driver ms", "vs best", "paired")
+COLUMNS = ("workload", "allocator", "median ms", "p90 ms", "cpu ms", "first10 s", "in use GiB",
+           "held/use", "NVML/use", "driver calls", "driver ms", "vs best", "paired")
 
 
 def _fmt(value, spec):
@@ -175,9 +175,10 @@ def recording_costs(results):
 
 def table(results):
     """One row per run: step times and the median CPU time of a step (every thread of the process),
-    peak in use, held / in use by the allocator's own count and by NVML, driver calls and time (PyTorch: cudaMalloc/cuMemMap + cudaFree/cuMemUnmap calls, no
-    time), the median step over the better of PyTorch default / expandable of the same workload
-    ("vs best"), and the median of step-by-step ratios to that run ("paired", paired_ratio)."""
+    peak in use, held / in use by the allocator's own count and by NVML, driver calls and time
+    (PyTorch: cudaMalloc/cuMemMap + cudaFree/cuMemUnmap calls, no time), the median step over the
+    better of PyTorch default / expandable of the same workload ("vs best"), and the median of
+    step-by-step ratios to that run ("paired", paired_ratio)."""
     best = {}
     for workload in {r["workload"] for r in results}:
         best[workload] = best_torch_run([r for r in results if r["workload"] == workload])
@@ -195,7 +196,8 @@ def table(results):
         paired = paired_ratio(r, reference) if reference else None
         in_use = r.get("peak_in_use_bytes")
         rows.append((r["workload"], r["allocator"], _fmt(median, ".1f"), _fmt(r.get("p90_step_ms"), ".1f"),
-                     _fmt(r.get("median_step_cpu_ms"), ".1f"), _fmt(r.get("first_steps_s"), ".2f"), _fmt(in_use / GiB if in_use else None, ".2f"),
+                     _fmt(r.get("median_step_cpu_ms"), ".1f"), _fmt(r.get("first_steps_s"), ".2f"),
+                     _fmt(in_use / GiB if in_use else None, ".2f"),
                      _fmt(own, ".3f"), _fmt(nvml, ".3f"), _fmt(r.get("driver_calls"), "d"),
                      _fmt(r.get("driver_ms"), ".1f"), _fmt(versus, ".3f"), _fmt(paired, ".3f")))
     notes.extend(recording_costs(results))
