@@ -2,6 +2,7 @@
 #include "replay/report.hpp"
 
 #include <array>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -145,6 +146,15 @@ std::optional<goal_verdicts> check_goals(const std::vector<replay_result>& resul
   if (pool->passes.size() > 2) v.no_calls_after_pass_two = late_driver_calls(*pool) == 0;
   v.after_release_within_bound = static_cast<double>(pool->held_after_release_bytes) <=
                                  static_cast<double>(after_release_bound(*pool));
+  if (expandable != nullptr && !expandable->passes.empty()) {
+    const double ours = pool->passes.front().driver_us;
+    const double theirs = expandable->passes.front().driver_us;
+    if (ours > 0 && theirs > 0) v.driver_time_ratio = ours / theirs;
+    if (pool->held_after_release_bytes != 0 && expandable->held_after_release_bytes != 0) {
+      v.after_release_ratio = static_cast<double>(pool->held_after_release_bytes) /
+                              static_cast<double>(expandable->held_after_release_bytes);
+    }
+  }
   return v;
 }
 
@@ -174,6 +184,13 @@ std::string format_goals(const std::vector<replay_result>& results) {
   return out;
 }
 
+void goal_tally::log_mean::add(double ratio) {
+  sum += std::log(ratio);
+  ++count;
+}
+
+double goal_tally::log_mean::value() const { return count == 0 ? 1.0 : std::exp(sum / count); }
+
 void goal_tally::add(const goal_verdicts& v) {
   ++traces;
   held_within_1_03 += v.held_within_1_03 ? 1 : 0;
@@ -187,6 +204,12 @@ void goal_tally::add(const goal_verdicts& v) {
       worst_above_expandable = above;
       worst_trace = v.trace;
     }
+    if (*v.expandable_ratio > 0) held_over_expandable.add(v.held_ratio / *v.expandable_ratio);
+  }
+  if (v.driver_time_ratio) driver_time_over_expandable.add(*v.driver_time_ratio);
+  if (v.after_release_ratio) {
+    after_release_over_expandable.add(*v.after_release_ratio);
+    after_release_not_above_expandable += *v.after_release_ratio <= 1.0 ? 1 : 0;
   }
   if (v.no_calls_after_pass_two) {
     ++with_three_passes;
@@ -226,6 +249,23 @@ std::string format_goal_tally(const goal_tally& t) {
   }
   out += fmt::format("  held after release within live at end in 2 MiB pages + 2%: met on {} of {}\n",
                      t.after_release_within_bound, t.traces);
+  if (t.after_release_over_expandable.count != 0) {
+    out += fmt::format("  held after release no more than expandable segments': met on {} of {}\n",
+                       t.after_release_not_above_expandable, t.after_release_over_expandable.count);
+  }
+  if (t.held_over_expandable.count != 0) {
+    out += fmt::format("  over expandable segments, geometric mean: worst pass {:.4f}x ({} traces)",
+                       t.held_over_expandable.value(), t.held_over_expandable.count);
+    if (t.driver_time_over_expandable.count != 0) {
+      out += fmt::format(", first-pass driver time {:.2f}x ({})", t.driver_time_over_expandable.value(),
+                         t.driver_time_over_expandable.count);
+    }
+    if (t.after_release_over_expandable.count != 0) {
+      out += fmt::format(", held after release {:.3f}x ({})", t.after_release_over_expandable.value(),
+                         t.after_release_over_expandable.count);
+    }
+    out += "\n";
+  }
   return out;
 }
 

@@ -38,6 +38,8 @@ struct goal_verdicts {
   std::optional<bool> first_pass_driver_time;   ///< first-pass driver time <= expandable's
   std::optional<bool> no_calls_after_pass_two;  ///< no driver call in pass 3 or later
   bool after_release_within_bound = false;      ///< held after release <= live at end in 2 MiB pages + 2%
+  std::optional<double> driver_time_ratio;      ///< first-pass driver time over expandable's (both > 0)
+  std::optional<double> after_release_ratio;    ///< held after release over expandable's (both > 0)
 };
 
 /// format_goals' checks on one trace's results; nullopt when there is no tidepool result (or it
@@ -58,6 +60,20 @@ struct goal_tally {
   unsigned after_release_within_bound = 0;
   double worst_above_expandable = 0;      ///< largest held_ratio - expandable_ratio (0 if never above)
   std::string worst_trace;                ///< the trace it was measured on
+  /// Geometric means of the ratios to expandable segments (worst pass, first-pass driver time,
+  /// held after release), kept as sums of logarithms over `count` traces: one figure per goal
+  /// that moves when a change helps some traces and hurts others, where a count of traces met
+  /// moves only when one crosses the line.
+  struct log_mean {
+    double sum = 0;
+    unsigned count = 0;
+    void add(double ratio);
+    [[nodiscard]] double value() const;  ///< 1 when empty
+  };
+  log_mean held_over_expandable;
+  log_mean driver_time_over_expandable;
+  log_mean after_release_over_expandable;
+  unsigned after_release_not_above_expandable = 0;  ///< of after_release_over_expandable.count
 
   void add(const goal_verdicts& v);
 };
@@ -66,7 +82,8 @@ struct goal_tally {
 /// missed), for replays of many traces (`tidepool replay --brief`).
 [[nodiscard]] std::string format_goals_brief(const goal_verdicts& v);
 
-/// The tally as a few lines: each goal, met on how many traces of how many.
+/// The tally as a few lines: each goal, met on how many traces of how many, and the geometric
+/// means of tidepool's figures over expandable segments'.
 [[nodiscard]] std::string format_goal_tally(const goal_tally& tally);
 
 /// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,

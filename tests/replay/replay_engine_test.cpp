@@ -2,8 +2,9 @@
 // allocations live at the end left allocated, and the JSON report's keys.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
+
+#include <cmath>
 
 #include "baseline_fixture.hpp"
 #include "replay/replay_engine.hpp"
@@ -161,6 +162,7 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
   expandable.allocator = "expandable";
   expandable.peak_live_bytes = 100 * MiB;
   expandable.peak_held_bytes = 105 * MiB;
+  expandable.held_after_release_bytes = 8 * MiB;
   expandable.passes = {pass(100 * MiB, 105 * MiB, 20, 200), pass(100 * MiB, 105 * MiB, 0, 0),
                        pass(100 * MiB, 105 * MiB, 0, 0)};
   const std::string goals = format_goals({pool, expandable});
@@ -182,6 +184,8 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
   EXPECT_EQ(v->first_pass_driver_time, std::optional<bool>(true));
   EXPECT_EQ(v->no_calls_after_pass_two, std::optional<bool>(true));
   EXPECT_FALSE(v->after_release_within_bound);
+  EXPECT_EQ(v->driver_time_ratio, std::optional<double>(0.5));      // 100 us against 200
+  EXPECT_EQ(v->after_release_ratio, std::optional<double>(0.75));   // 6 MiB against 8
   EXPECT_EQ(format_goals_brief(*v),
             "loop.csv.gz: tidepool 1.040 first pass, 1.040 worst pass; expandable 1.050; NOT met: <= 1.03, after release\n");
   EXPECT_FALSE(check_goals({expandable}).has_value());
@@ -203,6 +207,8 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
   const std::optional<goal_verdicts> alone = check_goals({pool});
   ASSERT_TRUE(alone.has_value());
   EXPECT_FALSE(alone->expandable_ratio.has_value());
+  EXPECT_FALSE(alone->driver_time_ratio.has_value());
+  EXPECT_FALSE(alone->after_release_ratio.has_value());
 
   goal_tally tally;
   tally.add(*v);
@@ -224,6 +230,19 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
       << text;
   EXPECT_NE(text.find("no driver call after the second pass: met on 2 of 2"), std::string::npos) << text;
   EXPECT_NE(text.find("+ 2%: met on 1 of 3"), std::string::npos) << text;
+  // Geometric means over the two traces compared: worst pass sqrt(1.04/1.05 * 1.12/1.05), driver
+  // time sqrt(0.5 * 1.5), after release sqrt(0.75 * 0.5).
+  EXPECT_NEAR(tally.held_over_expandable.value(), std::sqrt(1.04 / 1.05 * 1.12 / 1.05), 1e-12);
+  EXPECT_NEAR(tally.driver_time_over_expandable.value(), std::sqrt(0.75), 1e-12);
+  EXPECT_NEAR(tally.after_release_over_expandable.value(), std::sqrt(0.375), 1e-12);
+  EXPECT_EQ(tally.after_release_not_above_expandable, 2u);
+  EXPECT_NE(text.find("held after release no more than expandable segments': met on 2 of 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("geometric mean: worst pass 1.0279x (2 traces), first-pass driver time 0.87x (2), "
+                      "held after release 0.612x (2)"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(goal_tally{}.held_over_expandable.value(), 1.0);
 }
 
 TEST(ReplayReport, TableSaysLiveAllocationsAreLeftAllocated) {
