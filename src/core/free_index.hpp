@@ -3,7 +3,7 @@
 // Size classes in the manner of TLSF: sizes are counted in 512-byte units; units below 16 get a
 // class each, above that every power of two is split into 16 classes (so a class spans at most
 // 1/16 of its size). Each class is an intrusive list, and a two-level bitmap says which classes
-// are non-empty, so finding a fit is a scan of a few entries of one list and then two
+// are non-empty, so finding a fit is a scan of at most 16 entries of one or two lists and two
 // count-trailing-zeros: O(1), not a tree walk (a std::set costs a node allocation per free).
 //
 // find() is best fit: a block of exactly the size asked for at once (lists are LIFO, so the one
@@ -12,8 +12,8 @@
 // address among blocks of one size, the order PyTorch's allocator keeps its free blocks in. So
 // which larger block serves a request does not depend on the order of earlier frees, and a trace
 // replayed pass after pass lays out as it did before: taking the head of the next class (the
-// block freed last) made later passes hold more than the first on 17 traces of 46, this on 10
-// (docs/RESULTS.md, section 0).
+// block freed last) made later passes of many traces hold more than the first (docs/RESULTS.md,
+// section 0).
 #pragma once
 
 #include <array>
