@@ -139,22 +139,20 @@ std::optional<goal_verdicts> check_goals(const std::vector<replay_result>& resul
   v.first_ratio = pool->passes.front().held_ratio();
   v.held_within_1_03 = v.held_ratio <= 1.03;
   if (expandable != nullptr && !expandable->passes.empty()) {
-    v.expandable_ratio = expandable->held_ratio();
-    v.not_above_expandable = v.held_ratio <= *v.expandable_ratio + 1e-9;
-    v.first_pass_driver_time = pool->passes.front().driver_us <= expandable->passes.front().driver_us;
-  }
-  if (pool->passes.size() > 2) v.no_calls_after_pass_two = late_driver_calls(*pool) == 0;
-  v.after_release_within_bound = static_cast<double>(pool->held_after_release_bytes) <=
-                                 static_cast<double>(after_release_bound(*pool));
-  if (expandable != nullptr && !expandable->passes.empty()) {
     const double ours = pool->passes.front().driver_us;
     const double theirs = expandable->passes.front().driver_us;
+    v.expandable_ratio = expandable->held_ratio();
+    v.not_above_expandable = v.held_ratio <= *v.expandable_ratio + 1e-9;
+    v.first_pass_driver_time = ours <= theirs;
     if (ours > 0 && theirs > 0) v.driver_time_ratio = ours / theirs;
     if (pool->held_after_release_bytes != 0 && expandable->held_after_release_bytes != 0) {
       v.after_release_ratio = static_cast<double>(pool->held_after_release_bytes) /
                               static_cast<double>(expandable->held_after_release_bytes);
     }
   }
+  if (pool->passes.size() > 2) v.no_calls_after_pass_two = late_driver_calls(*pool) == 0;
+  v.after_release_within_bound = static_cast<double>(pool->held_after_release_bytes) <=
+                                 static_cast<double>(after_release_bound(*pool));
   return v;
 }
 
