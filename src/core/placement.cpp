@@ -3,8 +3,8 @@
 //
 // A block starts where its free block starts, as in PyTorch's allocator. Starting a block of a
 // granule or more at the next granule boundary instead (so a 32 MiB request touched 16 granules,
-// not 17) left a free sliver below it, and tidepool held more than expandable segments on three
-// times as many traces (docs/RESULTS.md, section 0).
+// not 17) left a free sliver below it that later requests could not use, and tidepool held more
+// than expandable segments on many more traces (docs/RESULTS.md, section 0).
 //
 // In the large arenas handles are as large as the growth that made them (up to 64 MiB,
 // page_table.cpp), and a handle goes back whole or not at all. Placement itself ignores handles:
