@@ -9,13 +9,19 @@
 //   6. growing by 10 GiB in handles of each size;
 //   7. memory parked in the cudaMallocAsync pool: does cuMemCreate (and cuMemAlloc) take it back
 //      by itself when the device is otherwise full?
+//   8. does access survive cuMemUnmap + cuMemMap of a new handle at the same address (could a
+//      handle split skip cuMemSetAccess for its pieces)?
+//   9. the calls of one thread while another creates and releases handles (could a helper thread
+//      take the driver calls off the allocating thread?).
 // Prints tables; exits 0 with a note where no GPU is present.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu_support.hpp"
@@ -349,6 +355,95 @@ void async_pool_reclaim() {
 
 }  // namespace
 
+void access_after_remap() {
+  std::printf("## 8. Access after cuMemUnmap + cuMemMap of a new handle at the same address\n\n");
+  const CUmemAllocationProp prop = pinned_on(0);
+  const CUmemAccessDesc access = read_write_on(0);
+  CUdeviceptr at = 0;
+  check(cu().cuMemAddressReserve(&at, 64 * MiB, 2 * MiB, 0, 0), "cuMemAddressReserve");
+  CUmemGenericAllocationHandle first = 0;
+  check(cu().cuMemCreate(&first, 64 * MiB, &prop, 0), "cuMemCreate");
+  check(cu().cuMemMap(at, 64 * MiB, 0, first, 0), "cuMemMap");
+  check(cu().cuMemSetAccess(at, 64 * MiB, &access, 1), "cuMemSetAccess");
+  check(cu().cuMemsetD8(at, 1, 64 * MiB), "cuMemsetD8");
+  check(cu().cuCtxSynchronize(), "sync");
+  check(cu().cuMemUnmap(at, 64 * MiB), "cuMemUnmap");
+  check(cu().cuMemRelease(first), "cuMemRelease");
+  CUmemGenericAllocationHandle piece = 0;
+  check(cu().cuMemCreate(&piece, 2 * MiB, &prop, 0), "cuMemCreate");
+  check(cu().cuMemMap(at, 2 * MiB, 0, piece, 0), "cuMemMap");
+  // The driver refuses the memset up front when the range has no access (no fault, no sticky error).
+  const CUresult without = cu().cuMemsetD8(at, 2, 2 * MiB);
+  check(cu().cuCtxSynchronize(), "sync");
+  check(cu().cuMemSetAccess(at, 2 * MiB, &access, 1), "cuMemSetAccess");
+  const CUresult with = cu().cuMemsetD8(at, 2, 2 * MiB);
+  check(cu().cuCtxSynchronize(), "sync");
+  std::printf("a new handle mapped where an accessible one was: memset without cuMemSetAccess: %s; after it: %s\n\n",
+              without == CUDA_SUCCESS ? "succeeded (access survived)" : "refused (access does not survive)",
+              with == CUDA_SUCCESS ? "succeeded" : "refused");
+  check(cu().cuMemUnmap(at, 2 * MiB), "cuMemUnmap");
+  check(cu().cuMemRelease(piece), "cuMemRelease");
+  check(cu().cuMemAddressFree(at, 64 * MiB), "cuMemAddressFree");
+}
+
+// Mean microseconds of map + set access, and of unmap, over 500 pre-created 2 MiB handles.
+std::pair<double, double> map_and_unmap_500() {
+  const std::size_t count = 500;
+  handle_set s(2 * MiB, count);
+  const CUmemAllocationProp prop = pinned_on(0);
+  const CUmemAccessDesc access = read_write_on(0);
+  for (auto& h : s.handles) check(cu().cuMemCreate(&h, s.size, &prop, 0), "cuMemCreate");
+  const double map = timed_us([&] {
+    for (std::size_t i = 0; i < count; ++i) {
+      check(cu().cuMemMap(s.base + i * s.size, s.size, 0, s.handles[i], 0), "cuMemMap");
+      check(cu().cuMemSetAccess(s.base + i * s.size, s.size, &access, 1), "cuMemSetAccess");
+    }
+  });
+  const double unmap = timed_us([&] {
+    for (std::size_t i = 0; i < count; ++i) check(cu().cuMemUnmap(s.base + i * s.size, s.size), "cuMemUnmap");
+  });
+  for (auto h : s.handles) check(cu().cuMemRelease(h), "cuMemRelease");
+  s.free_range();
+  return {map / count, unmap / count};
+}
+
+void calls_beside_a_helper_thread() {
+  std::printf("## 9. One thread's cuMemMap + cuMemSetAccess and cuMemUnmap (2 MiB, mean us over 500) while another\n"
+              "##    thread creates and releases 64 MiB handles (back to back, or one pair a millisecond)\n\n");
+  std::printf("| the other thread | map + set access | unmap | its create + release pairs |\n|---|---|---|---|\n");
+  for (int pause_us : {-1, 0, 1000}) {  // -1: no other thread
+    std::atomic<bool> stop{false};
+    std::atomic<long> pairs{0};
+    std::thread helper;
+    CUcontext context = nullptr;
+    check(cu().cuCtxGetCurrent(&context), "cuCtxGetCurrent");
+    if (pause_us >= 0) {
+      helper = std::thread([&] {
+        if (cu().cuCtxSetCurrent(context) != CUDA_SUCCESS) return;
+        const CUmemAllocationProp prop = pinned_on(0);
+        while (!stop.load()) {
+          CUmemGenericAllocationHandle h = 0;
+          if (cu().cuMemCreate(&h, 64 * MiB, &prop, 0) == CUDA_SUCCESS) {
+            (void)cu().cuMemRelease(h);
+            pairs.fetch_add(1);
+          }
+          if (pause_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(pause_us));
+        }
+      });
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto start_pairs = pairs.load();
+      const auto [map, unmap] = map_and_unmap_500();
+      std::printf("| %s | %.1f | %.1f | %ld |\n",
+                  pause_us < 0 ? "none" : pause_us == 0 ? "back to back" : "one pair a ms", map, unmap,
+                  pairs.load() - start_pairs);
+    }
+    stop = true;
+    if (helper.joinable()) helper.join();
+  }
+  std::printf("\n");
+}
+
 int main() {
   const std::string reason = tidepool::cuda_driver_unavailable_reason();
   if (!reason.empty()) {
@@ -390,6 +485,8 @@ int main() {
     std::printf("\n");
     growth_cost();
     async_pool_reclaim();
+    access_after_remap();
+    calls_beside_a_helper_thread();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vmm_calls_bench failed: %s\n", e.what());
     return 1;

@@ -4,7 +4,9 @@ framework array, every free drops it. Prints peak held / peak live and what is h
 inputs close and release_cached_memory() runs ("held" is NVML's figure for this process minus what
 it held before the workload), and the time the workload's allocations and frees took (the load and
 merge of DESIGN 1.1: issue 15 asks for at most 1.5x the framework's own pool), NVML's sampling left
-out of it.
+out of it. Under tidepool the allocating time is split by whether the allocation made driver calls
+(the pool's stats before and after each, read outside the timed part), beside the pool's own count
+and time of driver calls, to tell the driver's share from the per-call path's.
 Arguments: torch|cupy, then tidepool|default."""
 
 import csv
@@ -56,11 +58,20 @@ with gzip.open(trace, "rt") as rows:
     steps = [(row["Action"], row["Pointer"], int(row["Size"])) for row in csv.DictReader(rows)]
 clock = time.perf_counter
 allocating_s = freeing_s = 0.0
+routed = allocator == "tidepool"
+driver_calls = (lambda: tidepool.stats(0).driver_calls) if routed else (lambda: 0)
+calling = {"allocations": 0, "seconds": 0.0}  # allocations that made driver calls
+pool_before = tidepool.stats(0) if routed else None
 for action, pointer, size in steps:
     if action == "allocate":
+        calls = driver_calls()
         start = clock()
         array = make(size)
-        allocating_s += clock() - start
+        took = clock() - start
+        allocating_s += took
+        if driver_calls() != calls:
+            calling["allocations"] += 1
+            calling["seconds"] += took
         live[pointer] = (array, size)
         del array
         live_bytes += size
@@ -77,8 +88,13 @@ sync()
 released = tidepool.release_cached_memory()
 held_after = memory.bytes() - baseline
 # The pool's own figures beside NVML's, to tell the pool's memory from what else the process holds.
-pool = tidepool.stats(0) if allocator == "tidepool" else None
-emit({"pool_peak_mapped": pool.peak_mapped_bytes if pool else None,
+pool = tidepool.stats(0) if routed else None
+emit({"pool_driver_calls": pool.driver_calls - pool_before.driver_calls if pool else None,
+      "pool_driver_s": (pool.driver_microseconds - pool_before.driver_microseconds) / 1e6 if pool else None,
+      "allocations_calling_driver": calling["allocations"] if pool else None,
+      "allocating_s_calling_driver": calling["seconds"] if pool else None,
+      "allocations": sum(1 for step in steps if step[0] == "allocate"),
+"pool_peak_mapped": pool.peak_mapped_bytes if pool else None,
       "pool_peak_in_use": pool.peak_in_use_bytes if pool else None,
       "pool_mapped_after": pool.mapped_bytes if pool else None,
       "framework": framework, "allocator": allocator, "peak_live": peak_live,
