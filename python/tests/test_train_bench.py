@@ -30,7 +30,7 @@ def test_no_module_the_launchers_import_needs_torch():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("name", ["gpt-vary", "gpt-small-vary", "hf-llama-train"])
+@pytest.mark.parametrize("name", ["gpt-vary", "gpt-small-vary", "hf-llama-train", "hf-mixtral-train"])
 def test_token_budget_shapes_are_seeded_and_within_budget(name):
     spec = catalog.WORKLOADS[name]
     p = spec.params
@@ -43,7 +43,7 @@ def test_token_budget_shapes_are_seeded_and_within_budget(name):
     for batch, length in shapes:
         assert length % p["multiple"] == 0 and p["min_len"] <= length <= p["max_len"]
         assert batch == max(1, p["token_budget"] // length)
-        assert length <= p["size"].max_len if name.startswith("gpt") else p["size"].max_position_embeddings
+        assert length <= (p["size"].max_len if name.startswith("gpt") else p["size"].max_position_embeddings)
 
 
 def test_token_budget_shapes_reject_lengths_off_the_multiple():
@@ -61,6 +61,18 @@ def test_fixed_batch_and_generate_schedules():
     for batch, prompt, new in rounds:
         assert batch in generate.params["batches"] and prompt % 32 == 0 and 32 <= prompt <= 512 and new == 64
         assert prompt + new <= generate.params["size"].max_position_embeddings
+
+
+def test_multiscale_schedule_fits_each_step_to_the_pixel_budget():
+    spec = catalog.WORKLOADS["timm-resnet-multiscale"]
+    p = spec.params
+    shapes = spec.shapes(0, 80)
+    assert shapes == spec.shapes(0, 80) and shapes != spec.shapes(1, 80)
+    assert len({side for _, side in shapes}) > 5  # the image size changes from step to step
+    for batch, side in shapes:
+        assert side % p["multiple"] == 0 and p["min_side"] <= side <= p["max_side"]
+        assert batch == max(1, p["pixel_budget"] // (side * side))
+        assert batch * side * side <= p["pixel_budget"]
 
 
 def test_shapes_digest_tells_schedules_apart():

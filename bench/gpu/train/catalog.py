@@ -61,6 +61,28 @@ LLAMA = LlamaSize(hidden_size=1024, intermediate_size=2816, num_hidden_layers=12
 
 
 @dataclasses.dataclass(frozen=True)
+class MixtralSize:
+    """transformers.MixtralConfig fields of the mixture-of-experts workload."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    num_local_experts: int
+    num_experts_per_tok: int
+    vocab_size: int
+    max_position_embeddings: int
+
+
+# ~290M parameters, most in 8 experts of which each token uses 2: the tokens each expert gets change
+# with every batch (the router's choice), so the expert layers' blocks are ragged in every step.
+MIXTRAL = MixtralSize(hidden_size=768, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=12,
+                      num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+                      max_position_embeddings=4096)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """One benchmark workload. `shapes(seed, steps)` gives the per-step shapes (tuples of ints)."""
 
@@ -81,6 +103,10 @@ class Workload:
             return [(p["batch"], p["seqlen"])] * steps
         if self.schedule == "batch":
             return [(rng.randrange(p["min_batch"], p["max_batch"] + 1, p["multiple"]),) for _ in range(steps)]
+        if self.schedule == "multiscale":
+            # (batch, side): a new square image side each step, the batch fitted to a pixel budget.
+            sides = range(p["min_side"], p["max_side"] + 1, p["multiple"])
+            return [(max(1, p["pixel_budget"] // (side * side)), side) for side in (rng.choice(sides) for _ in range(steps))]
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
@@ -123,10 +149,16 @@ WORKLOADS = {w.name: w for w in (
               "multiple": 32, "new_tokens": 64}),
     Workload("timm-vit-train", "timm ViT-B/16 (vit_base_patch16_224), bf16 autocast, batch varying each step",
              80, 10, ("timm",), "batch", {"min_batch": 32, "max_batch": 256, "multiple": 16}),
+    Workload("hf-mixtral-train", "transformers Mixtral (8 experts, top 2) ~290M from a config, new sequence "
+             "length each step", 80, 10, ("transformers",), "tokens", {"size": MIXTRAL, **_TOKENS_16K}),
+    Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
+             "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
+             {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),
 )}
 
 # Those whose traces record_traces.py records by default.
-RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train")
+RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
+            "timm-resnet-multiscale")
 
 
 def parse_names(text, known, what):

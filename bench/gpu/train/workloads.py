@@ -157,6 +157,40 @@ class ViTTraining(_Training):
         return F.cross_entropy(self.model(images), labels)
 
 
+class MixtralTraining(_Training):
+    def __init__(self, size, shapes):
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        config = MixtralConfig(vocab_size=size.vocab_size, hidden_size=size.hidden_size,
+                               intermediate_size=size.intermediate_size,
+                               num_hidden_layers=size.num_hidden_layers,
+                               num_attention_heads=size.num_attention_heads,
+                               num_key_value_heads=size.num_key_value_heads,
+                               num_local_experts=size.num_local_experts,
+                               num_experts_per_tok=size.num_experts_per_tok,
+                               max_position_embeddings=size.max_position_embeddings, attn_implementation="sdpa")
+        super().__init__(MixtralForCausalLM(config), shapes)
+        self.vocab = size.vocab_size
+
+    def loss_of(self, batch, length):
+        tokens = torch.randint(0, self.vocab, (batch, length), device="cuda")
+        return self.model(input_ids=tokens, labels=tokens, use_cache=False).loss
+
+
+class ResNetMultiscaleTraining(_Training):
+    def __init__(self, shapes):
+        import timm
+
+        super().__init__(timm.create_model("resnet50", pretrained=False).to(memory_format=torch.channels_last),
+                         shapes)
+        self.classes = self.model.num_classes
+
+    def loss_of(self, batch, side):
+        images = torch.randn(batch, 3, side, side, device="cuda").to(memory_format=torch.channels_last)
+        labels = torch.randint(0, self.classes, (batch,), device="cuda")
+        return F.cross_entropy(self.model(images), labels)
+
+
 def build(spec, shapes, seed):
     """The workload named by catalog entry `spec`, with the per-step `shapes` (spec.shapes())."""
     torch.manual_seed(seed)
@@ -169,6 +203,10 @@ def build(spec, shapes, seed):
         return LlamaGeneration(size, shapes, seed)
     if spec.name == "timm-vit-train":
         return ViTTraining(shapes)
+    if spec.name == "hf-mixtral-train":
+        return MixtralTraining(size, shapes)
+    if spec.name == "timm-resnet-multiscale":
+        return ResNetMultiscaleTraining(shapes)
     raise ValueError(f"no workload {spec.name!r}")
 
 
