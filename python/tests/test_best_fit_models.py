@@ -1,0 +1,60 @@
+"""bench/analysis/best_fit_models.py: the two allocator models on hand-made traces."""
+
+import os
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO_ROOT, "bench", "analysis"))
+
+import best_fit_models as models  # noqa: E402
+
+MiB = 1 << 20
+
+
+def test_one_space_joins_what_segments_keep_apart():
+    # Two 12 MiB blocks, both freed, then one of 24 MiB: one space serves it from the joined
+    # blocks; the caching model made a segment for each and must make a third.
+    rows = [("allocate", "a", 12 * MiB), ("allocate", "b", 12 * MiB), ("free", "a", 0), ("free", "b", 0),
+            ("allocate", "c", 24 * MiB)]
+    assert models.held_over_live(rows, "single") == pytest.approx(1.0)
+    assert models.held_over_live(rows, "caching") == pytest.approx(48 / 24)
+
+
+def test_requests_below_10_mib_share_a_20_mib_segment():
+    rows = [("allocate", "a", 4 * MiB), ("allocate", "b", 4 * MiB), ("free", "a", 0), ("free", "b", 0),
+            ("allocate", "c", 8 * MiB)]
+    assert models.held_over_live(rows, "caching") == pytest.approx(20 / 8)
+    assert models.held_over_live(rows, "single") == pytest.approx(1.0)
+
+
+def test_one_space_extends_the_free_block_at_its_top_by_whole_pages():
+    # 3 MiB freed at the top, then 5 MiB: the space grows by one 2 MiB page, not by 6 MiB.
+    rows = [("allocate", "a", 3 * MiB), ("free", "a", 0), ("allocate", "b", 5 * MiB)]
+    space = models.Space()
+    assert space.take(3 * MiB) == 0 and space.held == 4 * MiB
+    space.release(0, 3 * MiB)
+    assert space.take(5 * MiB) == 0 and space.held == 6 * MiB
+    assert models.held_over_live(rows, "single") == pytest.approx(6 / 5)
+
+
+def test_best_fit_takes_the_smallest_free_block_that_fits():
+    space = models.Space()
+    a, b, c = space.take(8 * MiB), space.take(MiB), space.take(4 * MiB)
+    space.take(MiB)  # keeps c from joining the top
+    space.release(a, 8 * MiB)
+    space.release(c, 4 * MiB)
+    assert space.take(3 * MiB) == c  # the 4 MiB hole, not the 8 MiB one
+    assert b == 8 * MiB
+
+
+def test_small_requests_have_a_pool_of_their_own_in_the_caching_model():
+    rows = [("allocate", "s", 4096), ("allocate", "l", 12 * MiB)]
+    live = 4096 + 12 * MiB
+    assert models.held_over_live(rows, "caching") == pytest.approx((2 * MiB + 12 * MiB) / live)
+
+
+def test_an_unknown_model_is_refused():
+    with pytest.raises(ValueError, match="unknown model"):
+        models.held_over_live([], "buddy")
