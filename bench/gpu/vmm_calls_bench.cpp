@@ -353,8 +353,6 @@ void async_pool_reclaim() {
   std::printf("\n");
 }
 
-}  // namespace
-
 void access_after_remap() {
   std::printf("## 8. Access after cuMemUnmap + cuMemMap of a new handle at the same address\n\n");
   const CUmemAllocationProp prop = pinned_on(0);
@@ -414,11 +412,19 @@ void calls_beside_a_helper_thread() {
   for (int pause_us : {-1, 0, 1000}) {  // -1: no other thread
     std::atomic<bool> stop{false};
     std::atomic<long> pairs{0};
-    std::thread helper;
+    // Joined however the loop below ends (a failed call throws).
+    struct joined_thread {
+      std::atomic<bool>& stop;
+      std::thread thread;
+      ~joined_thread() {
+        stop = true;
+        if (thread.joinable()) thread.join();
+      }
+    } helper{stop, {}};
     CUcontext context = nullptr;
     check(cu().cuCtxGetCurrent(&context), "cuCtxGetCurrent");
     if (pause_us >= 0) {
-      helper = std::thread([&] {
+      helper.thread = std::thread([&] {
         if (cu().cuCtxSetCurrent(context) != CUDA_SUCCESS) return;
         const CUmemAllocationProp prop = pinned_on(0);
         while (!stop.load()) {
@@ -438,11 +444,11 @@ void calls_beside_a_helper_thread() {
                   pause_us < 0 ? "none" : pause_us == 0 ? "back to back" : "one pair a ms", map, unmap,
                   pairs.load() - start_pairs);
     }
-    stop = true;
-    if (helper.joinable()) helper.join();
   }
   std::printf("\n");
 }
+
+}  // namespace
 
 int main() {
   const std::string reason = tidepool::cuda_driver_unavailable_reason();
