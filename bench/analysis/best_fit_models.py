@@ -1,5 +1,5 @@
-"""Two textbook models of a caching allocator, replayed on an RMM replay log (a `traces/` file),
-to tell which property of an allocator a held / live figure comes from:
+"""Textbook models of a caching allocator, replayed on an RMM replay log (a `traces/` file), to
+tell which property of an allocator a held / live figure comes from:
 
   single: one address space per device; best fit (the smallest free block that fits, the lowest
           address among equals); freed blocks coalesce with free neighbours; a miss grows the
@@ -10,19 +10,26 @@ to tell which property of an allocator a held / live figure comes from:
           rounded up to 2 MiB above that); best fit over every free block; free blocks coalesce
           only within their segment.
 
+And variants of `single`, placement rules that are not best fit:
+  first-fit:  the free block of lowest address that fits.
+  huge-high:  requests of 256 MiB or more carved from the top of their best fit, not its bottom.
+  huge-apart: requests of 256 MiB or more in a space of their own.
+
 Requests are rounded up to 512 bytes; nothing is ever given back. Prints peak held / peak live
 for each model.
 
-    python3 bench/analysis/best_fit_models.py traces/hf_mixtral_train.csv.gz [more traces]
+    python3 bench/analysis/best_fit_models.py [--models single,caching,...] TRACE...
 """
 
+import argparse
 import bisect
 import csv
 import gzip
-import sys
 
 MiB = 1 << 20
 PAGE = 2 * MiB
+HUGE = 256 * MiB
+MODELS = ("single", "caching", "first-fit", "huge-high", "huge-apart")
 
 
 def round_up(n, to):
@@ -96,12 +103,61 @@ class Space:
         return address
 
 
+class FirstFitSpace(Space):
+    """`single` with address-ordered first fit."""
+
+    def __init__(self):
+        super().__init__()
+        self.addresses = []  # free blocks' addresses, sorted
+
+    def _insert(self, address, size):
+        super()._insert(address, size)
+        bisect.insort(self.addresses, address)
+
+    def _remove(self, address):
+        self.addresses.pop(bisect.bisect_left(self.addresses, address))
+        return super()._remove(address)
+
+    def take(self, size):
+        address = next((a for a in self.addresses if self.size_at[a] >= size), None)
+        if address is None:
+            self._grow(size)
+            return self.take(size)
+        found = self._remove(address)
+        if found > size:
+            self._insert(address + size, found - size)
+        return address
+
+
+class HugeHighSpace(Space):
+    """`single` with requests of HUGE or more carved from the top of their best fit."""
+
+    def take(self, size):
+        if size < HUGE:
+            return super().take(size)
+        i = bisect.bisect_left(self.free, (size, -1))
+        if i == len(self.free):
+            self._grow(size)
+            i = bisect.bisect_left(self.free, (size, -1))
+        found, address = self.free[i]
+        self._remove(address)
+        if found > size:
+            self._insert(address, found - size)
+        return address + found - size
+
+
 def held_over_live(rows, model):
-    """Peak held / peak live of `model` ("single" or "caching") over (action, pointer, size) rows."""
+    """Peak held / peak live of `model` (one of MODELS) over (action, pointer, size) rows."""
     if model == "single":
         spaces = {"large": Space()}
     elif model == "caching":
         spaces = {"small": Space(lambda size: PAGE), "large": Space(caching_segment)}
+    elif model == "first-fit":
+        spaces = {"large": FirstFitSpace()}
+    elif model == "huge-high":
+        spaces = {"large": HugeHighSpace()}
+    elif model == "huge-apart":
+        spaces = {"large": Space(), "huge": Space()}
     else:
         raise ValueError(f"unknown model {model!r}")
     live = {}
@@ -109,7 +165,12 @@ def held_over_live(rows, model):
     for action, pointer, size in rows:
         if action == "allocate":
             size = round_up(max(size, 1), 512)
-            space = spaces["small"] if size <= MiB and "small" in spaces else spaces["large"]
+            if size <= MiB and "small" in spaces:
+                space = spaces["small"]
+            elif size >= HUGE and "huge" in spaces:
+                space = spaces["huge"]
+            else:
+                space = spaces["large"]
             live[pointer] = (space, space.take(size), size)
             live_bytes += size
             peak_live = max(peak_live, live_bytes)
@@ -127,14 +188,21 @@ def read_rows(path):
         return [(r["Action"], r["Pointer"], int(r["Size"])) for r in csv.DictReader(f)]
 
 
-def main(paths):
-    for path in paths:
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("traces", nargs="+", help="RMM replay logs (CSV, plain or gzip)")
+    parser.add_argument("--models", default="single,caching", help="comma-separated, from " + ",".join(MODELS))
+    args = parser.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown or not models:
+        parser.error(f"unknown model(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(MODELS)}")
+    for path in args.traces:
         rows = read_rows(path)
-        figures = ", ".join(f"{m} {held_over_live(rows, m):.4f}" for m in ("single", "caching"))
+        figures = ", ".join(f"{m} {held_over_live(rows, m):.4f}" for m in models)
         print(f"{path}: peak held / peak live: {figures}")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    main(sys.argv[1:])
+    main()

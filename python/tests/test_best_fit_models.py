@@ -58,3 +58,36 @@ def test_small_requests_have_a_pool_of_their_own_in_the_caching_model():
 def test_an_unknown_model_is_refused():
     with pytest.raises(ValueError, match="unknown model"):
         models.held_over_live([], "buddy")
+    with pytest.raises(SystemExit):
+        models.main(["--models", "single,buddy", "trace.csv"])
+
+
+def test_first_fit_takes_the_lowest_address_that_fits():
+    space = models.FirstFitSpace()
+    a, _, c = space.take(8 * MiB), space.take(MiB), space.take(4 * MiB)
+    space.take(MiB)
+    space.release(a, 8 * MiB)
+    space.release(c, 4 * MiB)
+    assert space.take(3 * MiB) == a  # the lower hole, though the other fits better
+
+
+def test_huge_requests_are_carved_from_the_top_of_their_fit_or_kept_apart():
+    space = models.HugeHighSpace()
+    assert space.take(300 * MiB) == 0  # the space grew by exactly 300 MiB: top and bottom agree
+    space.release(0, 300 * MiB)
+    assert space.take(256 * MiB) == 44 * MiB  # from the top of the 300 MiB hole
+    assert space.take(MiB) == 0  # small requests still from the bottom
+    # Kept apart, a huge block never reuses the small blocks' freed memory.
+    rows = [("allocate", "s", 150 * MiB), ("allocate", "t", 150 * MiB), ("free", "s", 0), ("free", "t", 0),
+            ("allocate", "h", 300 * MiB)]
+    assert models.held_over_live(rows, "single") == pytest.approx(1.0)
+    assert models.held_over_live(rows, "huge-apart") == pytest.approx(600 / 300)
+
+
+def test_the_command_prints_each_model(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,00:00:00.000000,allocate,0x1,1048576,0x0\n"
+                     "0,00:00:00.000001,free,0x1,1048576,0x0\n")
+    models.main(["--models", "single,caching,first-fit", str(trace)])
+    out = capsys.readouterr().out
+    assert out == f"{trace}: peak held / peak live: single 2.0000, caching 2.0000, first-fit 2.0000\n"
