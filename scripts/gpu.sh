@@ -5,7 +5,8 @@
 # trace on the real GPU. Logs go to LOG_DIR (default: $OUT where set, else gpu-logs/). STEPS picks
 # some of the steps (default: all): gpu-tests bench-vmm bench-compare python-gpu replay-cuda.
 # More run only when STEPS names them: train-bench (bench/gpu/train/train_bench.py, the training
-# loops under PyTorch default, expandable segments and tidepool, ~6 minutes), record-traces
+# loops under PyTorch default, expandable segments and tidepool, ~9 minutes for all eight;
+# TRAIN_WORKLOADS picks some, e.g. to stay within a 10-minute call), record-traces
 # (bench/gpu/train/record_traces.py: those loops recorded as replay traces into LOG_DIR/traces),
 # record-cost (the training loops under tidepool with and without TIDEPOOL_RECORD, ~4 minutes;
 # each table ends with what the recording cost; RECORD_WORKLOADS picks some), and
@@ -54,7 +55,7 @@ step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$ro
 step replay-cuda "$build/tools/tidepool" replay --device cuda --passes 2 --allocators tidepool,caching,expandable,async \
   "$root"/traces/*.csv.gz
 step train-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
-  python3 "$root/bench/gpu/train/train_bench.py" --log-dir "$logs"
+  python3 "$root/bench/gpu/train/train_bench.py" --log-dir "$logs" ${TRAIN_WORKLOADS:+--workloads "$TRAIN_WORKLOADS"}
 step record-cost env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
   python3 "$root/bench/gpu/train/train_bench.py" --allocators tidepool,tidepool+record \
   --workloads "${RECORD_WORKLOADS:-gpt-vary,gpt-small-vary,gpt-fixed,hf-llama-train,hf-llama-generate,timm-vit-train}" \
