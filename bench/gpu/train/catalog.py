@@ -105,8 +105,9 @@ class Workload:
             return [(rng.randrange(p["min_batch"], p["max_batch"] + 1, p["multiple"]),) for _ in range(steps)]
         if self.schedule == "multiscale":
             # (batch, side): a new square image side each step, the batch fitted to a pixel budget.
-            sides = range(p["min_side"], p["max_side"] + 1, p["multiple"])
-            return [(max(1, p["pixel_budget"] // (side * side)), side) for side in (rng.choice(sides) for _ in range(steps))]
+            choices = range(p["min_side"], p["max_side"] + 1, p["multiple"])
+            sides = [rng.choice(choices) for _ in range(steps)]
+            return [(max(1, p["pixel_budget"] // (side * side)), side) for side in sides]
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),

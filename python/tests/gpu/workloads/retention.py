@@ -94,7 +94,7 @@ emit({"pool_driver_calls": pool.driver_calls - pool_before.driver_calls if pool 
       "allocations_calling_driver": calling["allocations"] if pool else None,
       "allocating_s_calling_driver": calling["seconds"] if pool else None,
       "allocations": sum(1 for step in steps if step[0] == "allocate"),
-"pool_peak_mapped": pool.peak_mapped_bytes if pool else None,
+      "pool_peak_mapped": pool.peak_mapped_bytes if pool else None,
       "pool_peak_in_use": pool.peak_in_use_bytes if pool else None,
       "pool_mapped_after": pool.mapped_bytes if pool else None,
       "framework": framework, "allocator": allocator, "peak_live": peak_live,
