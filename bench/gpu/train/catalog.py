@@ -157,7 +157,8 @@ WORKLOADS = {w.name: w for w in (
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),
 )}
 
-# Those whose traces record_traces.py records by default.
+# Those whose traces record_traces.py records by default: the training loops of 80 steps or more.
+# (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale")
 
