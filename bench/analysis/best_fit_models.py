@@ -14,6 +14,7 @@ And variants of `single`, placement rules that are not best fit:
   first-fit:  the free block of lowest address that fits.
   huge-high:  requests of 256 MiB or more carved from the top of their best fit, not its bottom.
   huge-apart: requests of 256 MiB or more in a space of their own.
+  small-apart: requests below 1 MiB in a space of their own (tidepool's small arenas).
 
 Requests are rounded up to 512 bytes; nothing is ever given back. Prints peak held / peak live
 for each model.
@@ -29,7 +30,7 @@ import gzip
 MiB = 1 << 20
 PAGE = 2 * MiB
 HUGE = 256 * MiB
-MODELS = ("single", "caching", "first-fit", "huge-high", "huge-apart")
+MODELS = ("single", "caching", "first-fit", "huge-high", "huge-apart", "small-apart")
 
 
 def round_up(n, to):
@@ -158,6 +159,8 @@ def held_over_live(rows, model):
         spaces = {"large": HugeHighSpace()}
     elif model == "huge-apart":
         spaces = {"large": Space(), "huge": Space()}
+    elif model == "small-apart":
+        spaces = {"below 1 MiB": Space(), "large": Space()}
     else:
         raise ValueError(f"unknown model {model!r}")
     live = {}
@@ -167,6 +170,8 @@ def held_over_live(rows, model):
             size = round_up(max(size, 1), 512)
             if size <= MiB and "small" in spaces:
                 space = spaces["small"]
+            elif size < MiB and "below 1 MiB" in spaces:
+                space = spaces["below 1 MiB"]
             elif size >= HUGE and "huge" in spaces:
                 space = spaces["huge"]
             else:

@@ -84,6 +84,16 @@ def test_huge_requests_are_carved_from_the_top_of_their_fit_or_kept_apart():
     assert models.held_over_live(rows, "huge-apart") == pytest.approx(600 / 300)
 
 
+def test_requests_below_1_mib_never_reuse_large_blocks_when_kept_apart():
+    rows = [("allocate", "l", 4 * MiB), ("free", "l", 0)] + [("allocate", str(i), 512 * 1024) for i in range(8)]
+    assert models.held_over_live(rows, "single") == pytest.approx(1.0)
+    assert models.held_over_live(rows, "small-apart") == pytest.approx(8 / 4)
+    # A request of exactly 1 MiB is large, as in the pool: it does not share the small block's page.
+    rows = [("allocate", "s", 512 * 1024), ("allocate", "l", MiB)]
+    assert models.held_over_live(rows, "small-apart") == pytest.approx(4 / 1.5)
+    assert models.held_over_live(rows, "single") == pytest.approx(2 / 1.5)
+
+
 def test_the_command_prints_each_model(tmp_path, capsys):
     trace = tmp_path / "t.csv"
     trace.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,00:00:00.000000,allocate,0x1,1048576,0x0\n"
