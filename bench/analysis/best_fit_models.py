@@ -91,14 +91,19 @@ class Space:
         start, self.top, self.held = self.top, self.top + grown, self.held + grown
         self.release(start, grown)
 
-    def take(self, size):
-        """The address of a new block of `size` bytes (best fit, growing on a miss)."""
+    def _take_best_fit(self, size):
+        """Removes the best fit for `size` (growing on a miss) and returns (its size, its address)."""
         i = bisect.bisect_left(self.free, (size, -1))
         if i == len(self.free):
             self._grow(size)
             i = bisect.bisect_left(self.free, (size, -1))
         found, address = self.free[i]
         self._remove(address)
+        return found, address
+
+    def take(self, size):
+        """The address of a new block of `size` bytes (best fit, growing on a miss)."""
+        found, address = self._take_best_fit(size)
         if found > size:
             self._insert(address + size, found - size)
         return address
@@ -136,12 +141,7 @@ class HugeHighSpace(Space):
     def take(self, size):
         if size < HUGE:
             return super().take(size)
-        i = bisect.bisect_left(self.free, (size, -1))
-        if i == len(self.free):
-            self._grow(size)
-            i = bisect.bisect_left(self.free, (size, -1))
-        found, address = self.free[i]
-        self._remove(address)
+        found, address = self._take_best_fit(size)
         if found > size:
             self._insert(address, found - size)
         return address + found - size
