@@ -147,39 +147,41 @@ class HugeHighSpace(Space):
         return address + found - size
 
 
+def every_size(size):
+    return True
+
+
+def spaces_of(model):
+    """The spaces of `model` (one of MODELS) as (admits(size), space) pairs, the last admitting
+    every size: a request goes to the first space that admits it."""
+    if model == "single":
+        return [(every_size, Space())]
+    if model == "caching":
+        return [(lambda size: size <= MiB, Space(lambda size: PAGE)), (every_size, Space(caching_segment))]
+    if model == "first-fit":
+        return [(every_size, FirstFitSpace())]
+    if model == "huge-high":
+        return [(every_size, HugeHighSpace())]
+    if model == "huge-apart":
+        return [(lambda size: size >= HUGE, Space()), (every_size, Space())]
+    if model == "small-apart":
+        return [(lambda size: size < MiB, Space()), (every_size, Space())]
+    raise ValueError(f"unknown model {model!r}")
+
+
 def held_over_live(rows, model):
     """Peak held / peak live of `model` (one of MODELS) over (action, pointer, size) rows."""
-    if model == "single":
-        spaces = {"large": Space()}
-    elif model == "caching":
-        spaces = {"small": Space(lambda size: PAGE), "large": Space(caching_segment)}
-    elif model == "first-fit":
-        spaces = {"large": FirstFitSpace()}
-    elif model == "huge-high":
-        spaces = {"large": HugeHighSpace()}
-    elif model == "huge-apart":
-        spaces = {"large": Space(), "huge": Space()}
-    elif model == "small-apart":
-        spaces = {"below 1 MiB": Space(), "large": Space()}
-    else:
-        raise ValueError(f"unknown model {model!r}")
+    spaces = spaces_of(model)
     live = {}
     live_bytes = peak_live = peak_held = 0
     for action, pointer, size in rows:
         if action == "allocate":
             size = round_up(max(size, 1), 512)
-            if size <= MiB and "small" in spaces:
-                space = spaces["small"]
-            elif size < MiB and "below 1 MiB" in spaces:
-                space = spaces["below 1 MiB"]
-            elif size >= HUGE and "huge" in spaces:
-                space = spaces["huge"]
-            else:
-                space = spaces["large"]
+            space = next(space for admits, space in spaces if admits(size))
             live[pointer] = (space, space.take(size), size)
             live_bytes += size
             peak_live = max(peak_live, live_bytes)
-            peak_held = max(peak_held, sum(s.held for s in spaces.values()))
+            peak_held = max(peak_held, sum(space.held for _, space in spaces))
         elif action == "free":
             space, address, size = live.pop(pointer)
             space.release(address, size)
