@@ -1,6 +1,7 @@
 """The workloads of the GPU training benchmark, on torch and the libraries of the GPU machine:
-a decoder-only transformer in plain torch (GPT), transformers' Llama built from a config (training
-and generation) and timm's ViT-B/16, all with random weights (no downloads). train_bench.py times
+a decoder-only transformer in plain torch (GPT), transformers' Llama (training and generation) and
+Mixtral built from configs, and timm's ViT-B/16 and ResNet-50, all with random weights (no
+downloads). train_bench.py times
 them under each allocator; record_traces.py records their allocations. Sizes and shape schedules
 are in catalog.py.
 
@@ -109,9 +110,25 @@ def llama_model(size):
     return LlamaForCausalLM(config)
 
 
-class LlamaTraining(_Training):
-    def __init__(self, size, shapes):
-        super().__init__(llama_model(size), shapes)
+def mixtral_model(size):
+    """transformers' MixtralForCausalLM with random weights, from a config (no download), SDPA attention."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=size.vocab_size, hidden_size=size.hidden_size,
+                           intermediate_size=size.intermediate_size, num_hidden_layers=size.num_hidden_layers,
+                           num_attention_heads=size.num_attention_heads,
+                           num_key_value_heads=size.num_key_value_heads,
+                           num_local_experts=size.num_local_experts,
+                           num_experts_per_tok=size.num_experts_per_tok,
+                           max_position_embeddings=size.max_position_embeddings, attn_implementation="sdpa")
+    return MixtralForCausalLM(config)
+
+
+class CausalLMTraining(_Training):
+    """A transformers causal language model (Llama, Mixtral) trained on random tokens."""
+
+    def __init__(self, model, size, shapes):
+        super().__init__(model, shapes)
         self.vocab = size.vocab_size
 
     def loss_of(self, batch, length):
@@ -157,26 +174,6 @@ class ViTTraining(_Training):
         return F.cross_entropy(self.model(images), labels)
 
 
-class MixtralTraining(_Training):
-    def __init__(self, size, shapes):
-        from transformers import MixtralConfig, MixtralForCausalLM
-
-        config = MixtralConfig(vocab_size=size.vocab_size, hidden_size=size.hidden_size,
-                               intermediate_size=size.intermediate_size,
-                               num_hidden_layers=size.num_hidden_layers,
-                               num_attention_heads=size.num_attention_heads,
-                               num_key_value_heads=size.num_key_value_heads,
-                               num_local_experts=size.num_local_experts,
-                               num_experts_per_tok=size.num_experts_per_tok,
-                               max_position_embeddings=size.max_position_embeddings, attn_implementation="sdpa")
-        super().__init__(MixtralForCausalLM(config), shapes)
-        self.vocab = size.vocab_size
-
-    def loss_of(self, batch, length):
-        tokens = torch.randint(0, self.vocab, (batch, length), device="cuda")
-        return self.model(input_ids=tokens, labels=tokens, use_cache=False).loss
-
-
 class ResNetMultiscaleTraining(_Training):
     def __init__(self, shapes):
         import timm
@@ -198,13 +195,13 @@ def build(spec, shapes, seed):
     if spec.name in ("gpt-vary", "gpt-small-vary", "gpt-fixed"):
         return GPTTraining(size, shapes)
     if spec.name == "hf-llama-train":
-        return LlamaTraining(size, shapes)
+        return CausalLMTraining(llama_model(size), size, shapes)
     if spec.name == "hf-llama-generate":
         return LlamaGeneration(size, shapes, seed)
     if spec.name == "timm-vit-train":
         return ViTTraining(shapes)
     if spec.name == "hf-mixtral-train":
-        return MixtralTraining(size, shapes)
+        return CausalLMTraining(mixtral_model(size), size, shapes)
     if spec.name == "timm-resnet-multiscale":
         return ResNetMultiscaleTraining(shapes)
     raise ValueError(f"no workload {spec.name!r}")
