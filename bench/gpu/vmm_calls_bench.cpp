@@ -12,12 +12,18 @@
 //   8. does access survive cuMemUnmap + cuMemMap of a new handle at the same address (could a
 //      handle split skip cuMemSetAccess for its pieces)?
 //   9. the calls of one thread while another creates and releases handles (could a helper thread
-//      take the driver calls off the allocating thread?).
-// Prints tables; exits 0 with a note where no GPU is present.
+//      take the driver calls off the allocating thread?);
+//  10. one handle mapped at several addresses at once (aliases): do writes through one show
+//      through the other, what a further mapping costs, whether the calls slow down with tens of
+//      thousands of mappings in place, and whether kernels run as fast through an alias
+//      (bench/analysis/best_fit_models.py's `alias` model asks this of the driver).
+// Prints tables; exits 0 with a note where no GPU is present. Arguments, if any, are the numbers of
+// the sections to run (`tidepool_vmm_calls_bench 10`); none runs every section.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -448,9 +454,150 @@ void calls_beside_a_helper_thread() {
   std::printf("\n");
 }
 
+// Microseconds to memset `bytes` at `at` (one memset, synchronized), the median of 5.
+double memset_us(CUdeviceptr at, std::size_t bytes) {
+  std::vector<double> v;
+  for (int i = 0; i < 5; ++i) {
+    v.push_back(timed_us([&] {
+      check(cu().cuMemsetD8(at, static_cast<unsigned char>(i), bytes), "cuMemsetD8");
+      check(cu().cuCtxSynchronize(), "sync");
+    }));
+  }
+  return summarize(v).median;
+}
+
+void aliases() {
+  std::printf("## 10. One handle mapped at several addresses at once (aliases)\n\n");
+  const CUmemAllocationProp prop = pinned_on(0);
+  const CUmemAccessDesc access = read_write_on(0);
+  auto map = [&](CUdeviceptr at, std::size_t size, CUmemGenericAllocationHandle h) {
+    check(cu().cuMemMap(at, size, 0, h, 0), "cuMemMap");
+    check(cu().cuMemSetAccess(at, size, &access, 1), "cuMemSetAccess");
+  };
+  {
+    // Bytes: written through one mapping, read through the other, both ways.
+    const std::size_t size = 32 * MiB;
+    CUdeviceptr base = 0;
+    check(cu().cuMemAddressReserve(&base, 2 * size, 2 * MiB, 0, 0), "cuMemAddressReserve");
+    CUmemGenericAllocationHandle h = 0;
+    check(cu().cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+    map(base, size, h);
+    map(base + size, size, h);
+    check(cu().cuMemsetD8(base, 0x5a, size), "cuMemsetD8");
+    check(cu().cuCtxSynchronize(), "sync");
+    const std::int64_t second = tidepool::gpu_test::first_mismatch(base + size, size, 0x5a);
+    check(cu().cuMemsetD8(base + size, 0x33, size), "cuMemsetD8");
+    check(cu().cuCtxSynchronize(), "sync");
+    const std::int64_t first = tidepool::gpu_test::first_mismatch(base, size, 0x33);
+    // Unmapping one mapping leaves the other usable.
+    check(cu().cuMemUnmap(base, size), "cuMemUnmap");
+    check(cu().cuMemsetD8(base + size, 0x11, size), "cuMemsetD8");
+    check(cu().cuCtxSynchronize(), "sync");
+    const std::int64_t after_unmap = tidepool::gpu_test::first_mismatch(base + size, size, 0x11);
+    std::printf("a 32 MiB handle at two addresses: written through the first, read through the second: %s; "
+                "the other way: %s; the first unmapped, the second still %s\n\n",
+                second < 0 ? "same bytes" : "DIFFERENT", first < 0 ? "same bytes" : "DIFFERENT",
+                after_unmap < 0 ? "reads and writes" : "FAILS");
+    check(cu().cuMemUnmap(base + size, size), "cuMemUnmap");
+    check(cu().cuMemRelease(h), "cuMemRelease");
+    check(cu().cuMemAddressFree(base, 2 * size), "cuMemAddressFree");
+  }
+  {
+    // What a further mapping of a mapped handle costs, by size, against its first mapping.
+    std::printf("| handle | first cuMemMap + cuMemSetAccess | a second mapping | a third | cuMemUnmap of an alias | "
+                "memset of it, first mapping (us) | through an alias |\n|---|---|---|---|---|---|---|\n");
+    for (std::size_t size : {2 * MiB, 32 * MiB, 64 * MiB, 1 * GiB}) {
+      const std::size_t count = size >= GiB ? 4 : 64;
+      CUdeviceptr base = 0;
+      check(cu().cuMemAddressReserve(&base, 3 * size * count, 2 * MiB, 0, 0), "cuMemAddressReserve");
+      std::vector<CUmemGenericAllocationHandle> hs(count);
+      for (auto& h : hs) check(cu().cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+      std::vector<double> times[4];
+      for (int copy = 0; copy < 3; ++copy) {
+        for (std::size_t i = 0; i < count; ++i) {
+          times[copy].push_back(timed_us([&] { map(base + (copy * count + i) * size, size, hs[i]); }));
+        }
+      }
+      const double first_memset = memset_us(base, size);
+      const double alias_memset = memset_us(base + count * size, size);
+      for (int copy = 2; copy >= 0; --copy) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const CUdeviceptr at = base + (copy * count + i) * size;
+          const double t = timed_us([&] { check(cu().cuMemUnmap(at, size), "cuMemUnmap"); });
+          if (copy > 0) times[3].push_back(t);
+        }
+      }
+      for (auto h : hs) check(cu().cuMemRelease(h), "cuMemRelease");
+      check(cu().cuMemAddressFree(base, 3 * size * count), "cuMemAddressFree");
+      std::printf("| %zu MiB | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", size / MiB, summarize(times[0]).median,
+                  summarize(times[1]).median, summarize(times[2]).median, summarize(times[3]).median, first_memset,
+                  alias_memset);
+    }
+    std::printf("\n");
+  }
+  {
+    // Many mappings in place: 256 handles of 2 MiB, each mapped 100 times (25,600 mappings); the
+    // mean map + set access of each batch of 2,560 as the count grows, then the unmaps, and a new
+    // handle's create + map with none and with all of them in place.
+    const std::size_t size = 2 * MiB;
+    const std::size_t handles = 256;
+    const std::size_t copies = 100;
+    CUdeviceptr base = 0;
+    check(cu().cuMemAddressReserve(&base, size * handles * copies, 2 * MiB, 0, 0), "cuMemAddressReserve");
+    // A new handle made and mapped beside them (the median of 20, each unmapped and released after).
+    auto new_handle_us = [&] {
+      std::vector<double> v;
+      CUdeviceptr at = 0;
+      check(cu().cuMemAddressReserve(&at, size, 2 * MiB, 0, 0), "cuMemAddressReserve");
+      for (int i = 0; i < 20; ++i) {
+        CUmemGenericAllocationHandle h = 0;
+        v.push_back(timed_us([&] {
+          check(cu().cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+          map(at, size, h);
+        }));
+        check(cu().cuMemUnmap(at, size), "cuMemUnmap");
+        check(cu().cuMemRelease(h), "cuMemRelease");
+      }
+      check(cu().cuMemAddressFree(at, size), "cuMemAddressFree");
+      return summarize(v).median;
+    };
+    const double with_none = new_handle_us();
+    std::vector<CUmemGenericAllocationHandle> hs(handles);
+    for (auto& h : hs) check(cu().cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+    std::printf("mappings in place before the batch -> mean us of map + set access (2 MiB aliases, batches of %zu):",
+                handles * 10);
+    for (std::size_t batch = 0; batch < copies / 10; ++batch) {
+      const double t = timed_us([&] {
+        for (std::size_t copy = batch * 10; copy < batch * 10 + 10; ++copy) {
+          for (std::size_t i = 0; i < handles; ++i) map(base + (copy * handles + i) * size, size, hs[i]);
+        }
+      });
+      std::printf(" %zu -> %.1f;", batch * 10 * handles, t / static_cast<double>(handles * 10));
+    }
+    const double with_many = new_handle_us();
+    const double memset_alias = memset_us(base + (copies - 1) * handles * size, size * handles);
+    const double unmap = timed_us([&] {
+      for (std::size_t m = 0; m < handles * copies; ++m) check(cu().cuMemUnmap(base + m * size, size), "cuMemUnmap");
+    });
+    std::printf("\na new 2 MiB handle's create + map + set access (median of 20): %.1f us with no mappings in place, "
+                "%.1f us with %zu; a memset of the last 512 MiB of aliases %.1f us; then unmapping them all: %.1f us "
+                "each\n\n",
+                with_none, with_many, handles * copies, memset_alias, unmap / static_cast<double>(handles * copies));
+    for (auto h : hs) check(cu().cuMemRelease(h), "cuMemRelease");
+    check(cu().cuMemAddressFree(base, size * handles * copies), "cuMemAddressFree");
+  }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const int section = std::atoi(argv[i]);
+    if (section < 1 || section > 10) {
+      std::fprintf(stderr, "usage: %s [SECTION 1-10]...\n", argv[0]);
+      return 2;
+    }
+  }
   const std::string reason = tidepool::cuda_driver_unavailable_reason();
   if (!reason.empty()) {
     std::printf("no GPU: %s\n", reason.c_str());
@@ -478,21 +625,31 @@ int main() {
       for (std::size_t i = 0; i < 4; ++i) warm.unmap_and_release(i);
       warm.free_range();
     }
-    per_size_costs();
-    one_set_access_over_many();
-    many_handles();
-    mixed_sizes();
-    std::printf("## 5. Calls (64 MiB handle, microseconds) while another stream is busy for about 200 ms\n\n");
-    std::printf("| busy with | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap | cuMemRelease | still busy after unmap+release | cuMemAlloc | cuMemFree of an unrelated plain allocation |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
-    tidepool::gpu_test::stream_occupier occupier;
-    calls_while_busy(occupier, occupier.method() == std::string("kernel") ? "spin kernel" : "memsets (no JIT)", false);
-    calls_while_busy(occupier, "12 memsets of 32 GiB", true);
-    std::printf("\n");
-    growth_cost();
-    async_pool_reclaim();
-    access_after_remap();
-    calls_beside_a_helper_thread();
+    auto wanted = [&](int section) {
+      if (argc < 2) return true;
+      for (int i = 1; i < argc; ++i) {
+        if (std::atoi(argv[i]) == section) return true;
+      }
+      return false;
+    };
+    if (wanted(1)) per_size_costs();
+    if (wanted(2)) one_set_access_over_many();
+    if (wanted(3)) many_handles();
+    if (wanted(4)) mixed_sizes();
+    if (wanted(5)) {
+      std::printf("## 5. Calls (64 MiB handle, microseconds) while another stream is busy for about 200 ms\n\n");
+      std::printf("| busy with | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap | cuMemRelease | still busy after unmap+release | cuMemAlloc | cuMemFree of an unrelated plain allocation |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|\n");
+      tidepool::gpu_test::stream_occupier occupier;
+      calls_while_busy(occupier, occupier.method() == std::string("kernel") ? "spin kernel" : "memsets (no JIT)", false);
+      calls_while_busy(occupier, "12 memsets of 32 GiB", true);
+      std::printf("\n");
+    }
+    if (wanted(6)) growth_cost();
+    if (wanted(7)) async_pool_reclaim();
+    if (wanted(8)) access_after_remap();
+    if (wanted(9)) calls_beside_a_helper_thread();
+    if (wanted(10)) aliases();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vmm_calls_bench failed: %s\n", e.what());
     return 1;

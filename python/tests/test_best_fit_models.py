@@ -1,4 +1,4 @@
-"""bench/analysis/best_fit_models.py: the two allocator models on hand-made traces."""
+"""bench/analysis/best_fit_models.py: the allocator models on hand-made traces."""
 
 import os
 import sys
@@ -101,3 +101,114 @@ def test_the_command_prints_each_model(tmp_path, capsys):
     models.main(["--models", "single,caching,first-fit", str(trace)])
     out = capsys.readouterr().out
     assert out == f"{trace}: peak held / peak live: single 2.0000, caching 2.0000, first-fit 2.0000\n"
+
+
+def test_beyond_the_budget_growth_maps_idle_handles_again_instead_of_making_more():
+    # A (64 MiB) freed below B (32 MiB), then C (96 MiB): best fit in one space grows by 96 MiB
+    # (192 MiB held for 128 live); the alias model, with no slack, makes one new handle up to the
+    # budget (128 MiB) and maps A's two idle handles again at the top for the rest of C.
+    rows = [("allocate", "a", 64 * MiB), ("allocate", "b", 32 * MiB), ("free", "a", 0), ("allocate", "c", 96 * MiB)]
+    assert models.held_over_live(rows, "small-apart") == pytest.approx(192 / 128)
+    space = models.AliasSpace(handle=32 * MiB, slack=0.0)
+    a = space.take(64 * MiB, 64 * MiB)
+    b = space.take(32 * MiB, 96 * MiB)
+    space.release(a, 64 * MiB)
+    c = space.take(96 * MiB, 128 * MiB)
+    assert (a, b, c) == (0, 64 * MiB, 96 * MiB)
+    assert space.held == 128 * MiB and space.handles_made == 4 and space.aliases_mapped == 2
+    # A's old addresses are free, but their handles now back C: a new block must not land there.
+    d = space.take(32 * MiB, 160 * MiB)
+    assert d == 192 * MiB and space.held == 160 * MiB
+    # Once C goes, A's addresses are usable again, with no new handle and no new mapping.
+    space.release(c, 96 * MiB)
+    assert space.take(64 * MiB, 160 * MiB) == 0
+    assert space.handles_made == 5 and space.aliases_mapped == 2
+    assert models.replay(rows, "alias", handle=32 * MiB, slack=0.0)[0].ratio == pytest.approx(1.0)
+
+
+def test_a_block_may_share_its_handle_with_a_neighbour_at_the_same_address():
+    # Two live blocks on one handle, at one mapping, do not block each other.
+    space = models.AliasSpace(handle=32 * MiB, slack=0.0)
+    space.release(space.take(16 * MiB, 16 * MiB), 16 * MiB)
+    assert space.take(8 * MiB, 16 * MiB) == 0
+    assert space.take(8 * MiB, 16 * MiB) == 8 * MiB
+    assert space.held == 16 * MiB and space.handles_made == 1 and space.aliases_mapped == 0
+
+
+def test_new_handles_are_as_large_as_the_growth_up_to_the_largest():
+    space = models.AliasSpace(handle=32 * MiB, slack=0.0)
+    space.take(70 * MiB, 70 * MiB)
+    assert space.handle_size == [32 * MiB, 32 * MiB, 6 * MiB] and space.held == 70 * MiB
+
+
+def loop(steps, seed):
+    """A training-like loop: each step a few blocks of a size drawn for the step, freed at its end."""
+    import random
+    rng = random.Random(seed)
+    rows = [("allocate", "weights", 300 * MiB)]
+    for step in range(steps):
+        length = rng.choice([1, 2, 3, 5, 8])
+        names = [f"{step}.{i}" for i in range(4)]
+        for i, name in enumerate(names):
+            rows.append(("allocate", name, length * (i + 1) * 10 * MiB))
+            if i == 2:
+                rows.append(("free", names[0], 0))
+        rows += [("free", name, 0) for name in names[1:]]
+    return rows
+
+
+def test_a_repeated_loop_stops_making_handles_and_mapping_aliases():
+    passes = models.replay(loop(40, 1), "alias", passes=3, handle=8 * MiB, slack=0.0)
+    assert passes[0].aliases_mapped > 0  # the budget bound in the first pass
+    assert passes[2].handles_made == 0 and passes[2].aliases_mapped == 0
+    assert passes[2].ratio <= passes[0].ratio
+    single = models.replay(loop(40, 1), "small-apart")[0].ratio
+    assert passes[0].ratio < single
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_block_holds_a_handle_twice_or_one_another_holds(seed):
+    # Held memory never falls below live memory: a block spanning two mappings of one handle, or a
+    # mapping of a handle that backs another live block, would make it.
+    space = models.AliasSpace(handle=4 * MiB, slack=0.0)
+    import random
+    rng = random.Random(seed)
+    live, live_bytes, peak = {}, 0, 0
+    for i in range(400):
+        if live and rng.random() < 0.45:
+            name = rng.choice(sorted(live))
+            space.release(live[name][0], live[name][1])
+            live_bytes -= live.pop(name)[1]
+        else:
+            size = rng.choice([1, 3, 5, 9, 17]) * MiB
+            peak = max(peak, live_bytes + size)
+            live[i] = (space.take(size, peak), size)
+            live_bytes += size
+        assert space.held >= live_bytes
+        places_in_use = {}  # handle -> the places where live blocks touch it
+        for address, size in live.values():
+            places = list(space.mappings_of(address, size))
+            assert len({space.mapped[p][1] for p in places}) == len(places)  # no handle twice in a block
+            for p in places:
+                places_in_use.setdefault(space.mapped[p][1], set()).add(p)
+        assert all(len(places) == 1 for places in places_in_use.values())  # one mapping in use per handle
+    assert space.aliases_mapped > 0
+
+
+def test_with_a_wide_budget_the_alias_model_is_best_fit():
+    rows = loop(30, 2)
+    assert models.held_over_live(rows, "alias", handle=2 * MiB, slack=10.0) == pytest.approx(
+        models.held_over_live(rows, "small-apart"))
+
+
+def test_the_command_prints_each_pass_and_refuses_bad_options(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("Thread,Time,Action,Pointer,Size,Stream\n0,00:00:00.000000,allocate,0x1,33554432,0x0\n"
+                     "0,00:00:00.000001,free,0x1,33554432,0x0\n")
+    models.main(["--models", "single,alias", "--passes", "2", str(trace)])
+    out = capsys.readouterr().out
+    assert out == (f"{trace}: peak held / peak live by pass: single 1.0000 / 1.0000, "
+                   "alias 1.0000 / 1.0000 (handles made 1 / 0, aliases mapped 0 / 0)\n")
+    for bad in (["--passes", "0"], ["--alias-slack", "-0.1"], ["--alias-handle-mib", "3"]):
+        with pytest.raises(SystemExit):
+            models.main(bad + [str(trace)])
