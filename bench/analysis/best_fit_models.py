@@ -45,7 +45,7 @@ PAGE = 2 * MiB
 HUGE = 256 * MiB
 MODELS = ("single", "caching", "first-fit", "huge-high", "huge-apart", "small-apart", "alias")
 ALIAS_SLACK = 0.02
-ALIAS_HANDLE = 32 * MiB
+ALIAS_HANDLE = 64 * MiB
 
 
 def round_up(n, to):

@@ -1,6 +1,7 @@
 """bench/analysis/best_fit_models.py: the allocator models on hand-made traces."""
 
 import os
+import random
 import sys
 
 import pytest
@@ -143,7 +144,6 @@ def test_new_handles_are_as_large_as_the_growth_up_to_the_largest():
 
 def loop(steps, seed):
     """A training-like loop: each step a few blocks of a size drawn for the step, freed at its end."""
-    import random
     rng = random.Random(seed)
     rows = [("allocate", "weights", 300 * MiB)]
     for step in range(steps):
@@ -171,7 +171,6 @@ def test_no_block_holds_a_handle_twice_or_one_another_holds(seed):
     # Held memory never falls below live memory: a block spanning two mappings of one handle, or a
     # mapping of a handle that backs another live block, would make it.
     space = models.AliasSpace(handle=4 * MiB, slack=0.0)
-    import random
     rng = random.Random(seed)
     live, live_bytes, peak = {}, 0, 0
     for i in range(400):
@@ -185,13 +184,13 @@ def test_no_block_holds_a_handle_twice_or_one_another_holds(seed):
             live[i] = (space.take(size, peak), size)
             live_bytes += size
         assert space.held >= live_bytes
-        places_in_use = {}  # handle -> the places where live blocks touch it
+        in_use = {}  # handle -> the mappings where live blocks touch it
         for address, size in live.values():
-            places = list(space.mappings_of(address, size))
-            assert len({space.mapped[p][1] for p in places}) == len(places)  # no handle twice in a block
-            for p in places:
-                places_in_use.setdefault(space.mapped[p][1], set()).add(p)
-        assert all(len(places) == 1 for places in places_in_use.values())  # one mapping in use per handle
+            mappings = list(space.mappings_of(address, size))
+            assert len({space.mapped[m][1] for m in mappings}) == len(mappings)  # no handle twice in a block
+            for m in mappings:
+                in_use.setdefault(space.mapped[m][1], set()).add(m)
+        assert all(len(mappings) == 1 for mappings in in_use.values())  # one mapping in use per handle
     assert space.aliases_mapped > 0
 
 
