@@ -63,6 +63,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
     settings.virtual_memory = virtual_memory_;
     settings.large_handles = k >= 2;
     settings.range_bytes = range_bytes;
+    settings.aliases = options_.alias_free_handles && virtual_memory_ && k >= 2;
     arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
     arenas_[k]->set_pool_queries(this, &pool_impl::frees_done, &pool_impl::growth_would_steal);
   }
