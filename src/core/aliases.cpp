@@ -36,7 +36,23 @@ void arena::count_live(const block& b, int change, std::uint32_t slot, std::uint
 
 bool arena::span_refused(const address_range& range, device_address address, std::size_t size,
                          std::uint32_t slot) const {
-  if (pages_.aliased_handles() == 0) return false;
+  return refused_until(range, address, size, slot) != 0;
+}
+
+device_address arena::clear_start(const block& c, std::size_t bytes, std::uint32_t slot) const {
+  device_address start = c.address;
+  while (start + bytes <= c.end()) {
+    const device_address until = refused_until(*c.range, start, bytes, slot);
+    if (until == 0) return start;
+    start = until;
+  }
+  return 0;
+}
+
+device_address arena::refused_until(const address_range& range, device_address address, std::size_t size,
+                                    std::uint32_t slot) const {
+  if (pages_.aliased_handles() == 0) return 0;
+  device_address until = 0;
   const std::size_t g = granularity_;
   std::vector<std::uint32_t> seen;  // the aliased handles met so far (a span meets a few dozen at most)
   for (device_address p = round_down(address, g); p < address + size;) {
@@ -46,18 +62,19 @@ bool arena::span_refused(const address_range& range, device_address address, std
       continue;
     }
     const page_table::handle_record& h = pages_.record(id);
+    const device_address start = pages_.mapping_start(id, p);
     if (!h.aliases.empty()) {
-      if (h.live != pages_.live_through(id, p)) return true;
-      if (h.freed_slot != 0 && h.freed_slot != slot &&
-          (frees_done_ == nullptr || !frees_done_(pool_, h.freed_slot, h.freed_sequence))) {
-        return true;
-      }
-      if (std::find(seen.begin(), seen.end(), id) != seen.end()) return true;
+      const bool refused =
+          h.live != pages_.live_through(id, p) ||
+          (h.freed_slot != 0 && h.freed_slot != slot &&
+           (frees_done_ == nullptr || !frees_done_(pool_, h.freed_slot, h.freed_sequence))) ||
+          std::find(seen.begin(), seen.end(), id) != seen.end();
+      if (refused) until = start + h.size;
       seen.push_back(id);
     }
-    p = pages_.mapping_start(id, p) + h.size;
+    p = start + h.size;
   }
-  return false;
+  return until;
 }
 
 block* arena::find_allowed(free_index& index, std::size_t bytes, std::uint32_t slot) {
@@ -65,7 +82,7 @@ block* arena::find_allowed(free_index& index, std::size_t bytes, std::uint32_t s
   if (!settings_.aliases || pages_.aliased_handles() == 0) return b;
   std::vector<block*> skipped(max_refused_skips);
   unsigned n = 0;
-  while (b != nullptr && span_refused(*b->range, b->address, bytes, slot)) {
+  while (b != nullptr && clear_start(*b, bytes, slot) == 0) {
     if (n == skipped.size()) {
       b = nullptr;
       break;

@@ -188,7 +188,12 @@ class arena {
   // stream is not known complete, or it holds two mappings of one handle (aliases.cpp).
   [[nodiscard]] bool span_refused(const address_range& range, device_address address, std::size_t size,
                                   std::uint32_t slot) const;
-  // index.find through find_inside, passing over up to max_refused_skips refused blocks.
+  // The end of the highest mapping that refuses [address, address + size) (span_refused), or 0.
+  [[nodiscard]] device_address refused_until(const address_range& range, device_address address, std::size_t size,
+                                             std::uint32_t slot) const;
+  // The lowest start in free block `c` where `bytes` are not refused, or 0.
+  [[nodiscard]] device_address clear_start(const block& c, std::size_t bytes, std::uint32_t slot) const;
+  // index.find through find_inside, passing over up to max_refused_skips blocks with no clear start.
   block* find_allowed(free_index& index, std::size_t bytes, std::uint32_t slot);
 
   // take() for requests of a granule or more (placement.cpp): placed to touch as few granules as
@@ -202,7 +207,7 @@ class arena {
   }
   // Carves `bytes` from free block `c` (in an index) for `slot`, or returns nullptr when `c`
   // cannot serve it without unmapping memory another stream may still use.
-  block* place(block* c, std::size_t bytes, std::uint32_t slot);
+  block* place(block* c, std::size_t bytes, std::uint32_t slot, device_address start);
   // An unmapped room whose free block below (of any stream or of `slot`) is smaller than `bytes` but would serve
   // it with the fewest bytes mapped, at most `most_to_map`; nullptr if none (placement.cpp).
   block* room_to_extend(std::size_t bytes, std::size_t most_to_map, std::uint32_t slot) const;

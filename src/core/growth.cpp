@@ -157,7 +157,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
       }
     }
   };
-  if (want > 0) {
+  if (want > 0 && !(large && where.settings().aliases)) {  // with aliases: new handles, as in the model
     if (large) {
       std::size_t room = (partial_end ? w.map_bytes - g : w.map_bytes) - aliased;
       // Handles of 32 MiB or more first (fewer calls per byte moved), then any size.

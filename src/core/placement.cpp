@@ -78,7 +78,9 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
   }
   for (block* c : {first, second}) {
     if (c == nullptr) continue;
-    if (block* b = place(c, bytes, slot)) {
+    const device_address start = settings_.aliases ? clear_start(*c, bytes, slot) : c->address;
+    if (start == 0) continue;
+    if (block* b = place(c, bytes, slot, start)) {
       if (settings_.aliases) count_live(*b, +1, slot, 0);
       return b;
     }
@@ -130,13 +132,12 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   return c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence);
 }
 
-block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
+block* arena::place(block* c, std::size_t bytes, std::uint32_t slot, device_address start) {
   const std::size_t g = granularity_;
   if (c->range->segment) {  // one mem_alloc segment: no granules to save, no handles
     slots_[c->owner]->remove(c);
-    return split_around(c, nullptr, 0, c->address, bytes, slot);
+    return split_around(c, nullptr, 0, start, bytes, slot);
   }
-  const device_address start = c->address;
   if (!guards_large_handles_) {
     slots_[c->owner]->remove(c);
     return split_around(c, nullptr, 0, start, bytes, slot);
