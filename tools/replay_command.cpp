@@ -31,6 +31,7 @@ struct replay_settings {
   bool brief = false;
   unsigned passes = 1;
   double growth_slack = tidepool::pool_options{}.growth_slack;
+  bool alias_free_handles = false;
   double gpu_lag_ms = 0.0;
 };
 
@@ -70,6 +71,7 @@ void run_replay(const replay_settings& settings) {
       replay::replay_options options;
       options.passes = settings.passes;
       options.tidepool_options.growth_slack = settings.growth_slack;
+      options.tidepool_options.alias_free_handles = settings.alias_free_handles;
       options.gpu_lag_us = settings.gpu_lag_ms * 1000.0;
       const std::string what = fmt::format("replaying {} with {}", t.name, name);
       options.progress = [&progress, &what](std::size_t done, std::size_t total) { progress.show(what, done, total); };
@@ -166,6 +168,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
                    "tidepool's pool_options::growth_slack (held memory allowed above peak in use before stealing)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  command->add_flag("--alias", settings->alias_free_handles,
+                    "tidepool's pool_options::alias_free_handles (past the growth budget, map free handles a "
+                    "second time before stealing)");
   command
       ->add_option("--gpu-lag-ms", settings->gpu_lag_ms,
                    "sim only: how far the GPU runs behind the program (each row's work completes this long "

@@ -88,6 +88,13 @@ struct pool_options {
   /// measured frontier is in docs/RESULTS.md).
   /// Must be >= 0.
   double growth_slack = 0.5;
+  /// Past the growth budget, map free handles a second time under the request (one map and
+  /// set-access per handle, no unmap, no new memory) before stealing any: a handle may then be
+  /// mapped at several addresses, of which one at a time holds live blocks. Mappings stay, so a
+  /// loop that has seen its shapes stops calling the driver. Experimental and off by default: it
+  /// holds training loops near the budget but costs random mixes (docs/RESULTS.md, section 0, "One
+  /// handle at several addresses").
+  bool alias_free_handles = false;
   /// Per-thread caches (docs/DESIGN.md, "Thread caches"): each holds at most 8 blocks and 64 MiB,
   /// which every slow path, release() and the out-of-memory path take back first. While a thread
   /// has one, peak_in_use_bytes counts the blocks waiting in it as in use; in_use_bytes and every

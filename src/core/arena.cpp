@@ -120,8 +120,11 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   // queued later on that stream runs after the work that used it. Joining only blocks free for
   // every stream made growth depend on how far the GPU runs behind: a block freed a moment ago
   // is its stream's until an event completes, so growth mapped beside it instead of extending it.
-  auto free_neighbour = [slot](block* b) {
-    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == slot) ? b : nullptr;
+  auto free_neighbour = [this, slot](block* b) {
+    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == slot) &&
+                   !(settings_.aliases && span_refused(*b->range, b->address, b->size, slot))
+               ? b
+               : nullptr;
   };
   // Bytes to map if the request is placed in `room`, starting at the free block below it;
   // 0 if it does not fit.
@@ -232,6 +235,10 @@ driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, st
         continue;
       }
       const page_table::handle_record& h = pages_.record(id);
+      if (!h.aliases.empty()) {  // drop_idle_aliases() unmaps what can go of an aliased handle
+        p = std::max(p + g, pages_.mapping_start(id, p) + h.size);
+        continue;
+      }
       if (h.at >= b->address && h.at + h.size <= b->end() && h.size <= room && h.size <= largest_handle &&
           h.size >= smallest_handle) {
         return id;
@@ -353,8 +360,8 @@ std::size_t arena::whole_free_handle_bytes() const noexcept {
         continue;
       }
       const page_table::handle_record& h = pages_.record(id);
-      if (h.at >= b.address && h.at + h.size <= b.end()) bytes += h.size;
-      p = std::max(p + g, h.at + h.size);
+      if (h.aliases.empty() && h.at >= b.address && h.at + h.size <= b.end()) bytes += h.size;
+      p = std::max(p + g, pages_.mapping_start(id, p) + h.size);
     }
   });
   return bytes;
@@ -372,6 +379,13 @@ block* arena::find_containing(device_address address) const noexcept {
 
 void arena::tear_down() {
   const std::size_t g = pages_.granularity();
+  for (std::uint32_t id = 0; id < pages_.handle_slots(); ++id) {  // further mappings first
+    const page_table::handle_record& h = pages_.record(id);
+    if (h.range == nullptr || h.range->owner != this) continue;
+    while (!h.aliases.empty()) {
+      if (pages_.unmap_alias(id, h.aliases.back().at) != driver_status::success) break;
+    }
+  }
   for (auto& r : ranges_) {
     if (r->segment) {
       (void)calls_.mem_free(r->base, r->size);

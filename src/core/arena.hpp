@@ -44,6 +44,7 @@ struct arena_settings {
   bool virtual_memory = true;
   bool large_handles = false;       ///< may map handles larger than the granularity
   std::size_t range_bytes = 0;      ///< size of each address reservation
+  bool aliases = false;             ///< may map a free handle a second time (pool_options::alias_free_handles)
 };
 
 class arena {
@@ -70,6 +71,7 @@ class arena {
   }
   /// Makes live block `b` free on stream `slot` (coalescing with free neighbours it may join).
   void give_back(block* b, std::uint32_t slot, std::uint64_t sequence, std::uint64_t tick) {
+    if (settings_.aliases) count_live(*b, -1, slot, sequence);
     b->state = block_state::free_mapped;
     b->owner = slot;
     b->free_sequence = sequence;
@@ -133,6 +135,16 @@ class arena {
                                    std::vector<std::uint32_t>& out, std::size_t largest_handle,
                                    std::size_t smallest_handle = 0);
 
+  // --- aliases (pool_options::alias_free_handles; aliases.cpp) ---
+  /// Maps handles of this arena that no live block touches a further time at the window's cursor,
+  /// the largest first, up to `most` bytes (none touching the window's blocks; their frees known
+  /// complete for `slot`); returns the bytes mapped, `status` the first failure.
+  std::size_t map_idle_aliases(window& w, std::size_t most, std::uint32_t slot, driver_status& status);
+  /// Unmaps every further mapping of handles no live block touches, whose frees are known complete
+  /// and which lie wholly in free blocks of any stream (release(): a handle goes back with its last
+  /// mapping, which unmap_free_handles then finds).
+  driver_status drop_idle_aliases();
+
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
   driver_status grow_segment(std::size_t bytes, std::uint64_t tick);
@@ -169,6 +181,21 @@ class arena {
   [[nodiscard]] bool guards_large_handles() const noexcept { return guards_large_handles_; }
 
  private:
+  // Counts a live block of `b`'s span coming (+1) or going (-1) on every handle it touches.
+  void count_live(const block& b, int change, std::uint32_t slot, std::uint64_t sequence) noexcept;
+  // Whether a block [address, address + size) of `range` for stream `slot` must not be placed:
+  // it touches a handle that has a live block at another mapping, or whose latest free on another
+  // stream is not known complete, or it holds two mappings of one handle (aliases.cpp).
+  [[nodiscard]] bool span_refused(const address_range& range, device_address address, std::size_t size,
+                                  std::uint32_t slot) const;
+  // The end of the highest mapping that refuses [address, address + size) (span_refused), or 0.
+  [[nodiscard]] device_address refused_until(const address_range& range, device_address address, std::size_t size,
+                                             std::uint32_t slot) const;
+  // The lowest start in free block `c` where `bytes` are not refused, or 0.
+  [[nodiscard]] device_address clear_start(const block& c, std::size_t bytes, std::uint32_t slot) const;
+  // index.find through find_inside, passing over up to max_refused_skips blocks with no clear start.
+  block* find_allowed(free_index& index, std::size_t bytes, std::uint32_t slot);
+
   // take() for requests of a granule or more (placement.cpp): placed to touch as few granules as
   // possible, and in an arena of large handles, never cutting a large handle (see placement.cpp).
   block* take_placed(std::size_t bytes, std::uint32_t slot);
@@ -180,7 +207,7 @@ class arena {
   }
   // Carves `bytes` from free block `c` (in an index) for `slot`, or returns nullptr when `c`
   // cannot serve it without unmapping memory another stream may still use.
-  block* place(block* c, std::size_t bytes, std::uint32_t slot);
+  block* place(block* c, std::size_t bytes, std::uint32_t slot, device_address start);
   // An unmapped room whose free block below (of any stream or of `slot`) is smaller than `bytes` but would serve
   // it with the fewest bytes mapped, at most `most_to_map`; nullptr if none (placement.cpp).
   block* room_to_extend(std::size_t bytes, std::size_t most_to_map, std::uint32_t slot) const;
@@ -286,6 +313,7 @@ class arena {
 
   static constexpr unsigned max_room_scan = 64;
   static constexpr unsigned max_frontier_skips = 4;
+  static constexpr unsigned max_refused_skips = 1024;
   // take_placed() extends a smaller free block when the best fit wastes more than 1/16 of the
   // request and the extension maps at most that much (placement.cpp).
   static constexpr std::size_t extension_divisor = 16;

@@ -129,6 +129,17 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);
   std::vector<std::uint32_t> stolen;
   std::size_t want = std::min(w.map_bytes, steal_at_least);
+  // Past the budget, with aliases on: free handles mapped a further time here before any is
+  // stolen (aliases.cpp). The end granule keeps its own handle, as below.
+  std::size_t aliased = 0;
+  if (want > 0 && large && where.settings().aliases) {
+    aliased = where.map_idle_aliases(w, partial_end ? w.map_bytes - g : w.map_bytes, slot, status);
+    if (status != driver_status::success) {
+      failure = status;
+      failed_call = "mem_map";
+    }
+    want -= std::min(want, aliased);
+  }
 
   auto steal = [&](std::size_t& room, std::size_t largest, std::size_t smallest) {
     std::array<arena*, arena_kinds> order{};
@@ -146,9 +157,9 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
       }
     }
   };
-  if (want > 0) {
+  if (want > 0 && !(large && where.settings().aliases)) {  // with aliases: new handles, as in the model
     if (large) {
-      std::size_t room = partial_end ? w.map_bytes - g : w.map_bytes;
+      std::size_t room = (partial_end ? w.map_bytes - g : w.map_bytes) - aliased;
       // Handles of 32 MiB or more first (fewer calls per byte moved), then any size.
       steal(room, std::numeric_limits<std::size_t>::max(), preferred_stolen_handle_granules * g);
       steal(room, std::numeric_limits<std::size_t>::max(), 0);
@@ -159,7 +170,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
       steal(room, g, 0);  // small blocks share pages: granule handles only
     }
   }
-  std::size_t mapped = 0;
+  std::size_t mapped = aliased;
   for (std::uint32_t id : stolen) {
     const std::size_t handle_size = pages_.record(id).size;
     status = pages_.map(id, range, w.cursor);

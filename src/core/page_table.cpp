@@ -34,7 +34,9 @@ driver_status page_table::create(std::size_t size, std::uint32_t& id) {
     id = free_ids_.back();
     free_ids_.pop_back();
   }
-  handles_[id] = handle_record{handle, size, 0, nullptr};
+  handles_[id] = handle_record{};
+  handles_[id].handle = handle;
+  handles_[id].size = size;
   add_held(size);
   return driver_status::success;
 }
@@ -59,6 +61,7 @@ driver_status page_table::map(std::uint32_t id, address_range& range, device_add
 
 driver_status page_table::unmap(std::uint32_t id) {
   handle_record& h = handles_[id];
+  if (!h.aliases.empty()) return driver_status::invalid_value;
   const driver_status status = calls_.mem_unmap(h.at, h.size);
   if (status != driver_status::success) return status;
   const std::size_t first = (h.at - h.range->base) / granularity_;
@@ -66,6 +69,72 @@ driver_status page_table::unmap(std::uint32_t id) {
   h.at = 0;
   h.range = nullptr;
   return driver_status::success;
+}
+
+driver_status page_table::map_alias(std::uint32_t id, address_range& range, device_address at) {
+  handle_record& h = handles_[id];
+  driver_status status = calls_.mem_map(at, h.size, h.handle);
+  if (status != driver_status::success) return status;
+  for (int peer : peers_) {
+    status = calls_.mem_set_access(at, h.size, peer);
+    if (status != driver_status::success) {
+      (void)calls_.mem_unmap(at, h.size);
+      return status;
+    }
+  }
+  if (h.aliases.empty()) ++aliased_;
+  h.aliases.push_back(alias_mapping{at, &range, 0});
+  const std::size_t first = (at - range.base) / granularity_;
+  std::fill_n(range.page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, id);
+  return driver_status::success;
+}
+
+driver_status page_table::unmap_alias(std::uint32_t id, device_address at) {
+  handle_record& h = handles_[id];
+  auto it = std::find_if(h.aliases.begin(), h.aliases.end(), [at](const alias_mapping& m) { return m.at == at; });
+  if (it == h.aliases.end()) return driver_status::invalid_value;
+  const driver_status status = calls_.mem_unmap(at, h.size);
+  if (status != driver_status::success) return status;
+  const std::size_t first = (at - it->range->base) / granularity_;
+  std::fill_n(it->range->page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, no_handle);
+  h.aliases.erase(it);
+  if (h.aliases.empty()) --aliased_;
+  return driver_status::success;
+}
+
+device_address page_table::mapping_start(std::uint32_t id, device_address address) const noexcept {
+  const handle_record& h = handles_[id];
+  if (address >= h.at && address < h.at + h.size) return h.at;
+  for (const alias_mapping& m : h.aliases) {
+    if (address >= m.at && address < m.at + h.size) return m.at;
+  }
+  return h.at;
+}
+
+std::uint32_t page_table::live_through(std::uint32_t id, device_address address) const noexcept {
+  const handle_record& h = handles_[id];
+  if (address >= h.at && address < h.at + h.size) return h.live_first;
+  for (const alias_mapping& m : h.aliases) {
+    if (address >= m.at && address < m.at + h.size) return m.live;
+  }
+  return 0;
+}
+
+void page_table::count_live(std::uint32_t id, device_address address, int change, std::uint32_t slot,
+                            std::uint64_t sequence) noexcept {
+  handle_record& h = handles_[id];
+  h.live = static_cast<std::uint32_t>(static_cast<int>(h.live) + change);
+  if (address >= h.at && address < h.at + h.size) {
+    h.live_first = static_cast<std::uint32_t>(static_cast<int>(h.live_first) + change);
+  } else {
+    for (alias_mapping& m : h.aliases) {
+      if (address >= m.at && address < m.at + h.size) m.live = static_cast<std::uint32_t>(static_cast<int>(m.live) + change);
+    }
+  }
+  if (change < 0 && sequence >= h.freed_sequence) {
+    h.freed_slot = slot;
+    h.freed_sequence = sequence;
+  }
 }
 
 driver_status page_table::release(std::uint32_t id) {
@@ -136,6 +205,7 @@ std::vector<std::uint32_t> page_table::mapped_ids() const {
 driver_status page_table::sleep_handle(std::uint32_t id, bool& remapped) {
   remapped = true;
   handle_record& h = handles_[id];
+  if (!h.aliases.empty()) return driver_status::not_supported;  // aliases are experimental: no sleep
   driver_status status = calls_.mem_unmap(h.at, h.size);
   if (status != driver_status::success) return status;
   status = calls_.mem_release(h.handle, h.size);

@@ -38,11 +38,27 @@ class page_table {
  public:
   static constexpr std::uint32_t no_handle = ~std::uint32_t{0};
 
+  /// A further mapping of a handle (pool_options::alias_free_handles).
+  struct alias_mapping {
+    device_address at = 0;
+    address_range* range = nullptr;
+    std::uint32_t live = 0;  ///< live blocks touching the handle through this mapping
+  };
+
   struct handle_record {
     physical_handle handle = 0;
     std::size_t size = 0;
     device_address at = 0;          ///< where it is mapped; 0 when not mapped
     address_range* range = nullptr; ///< the range it is mapped in
+    // What aliasing needs: the further mappings, live blocks through each (the first mapping's
+    // in live_first, all of them in live), and the latest stream to free a block on the handle
+    // while it has aliases (a free not known complete there keeps its other mappings out of use
+    // on other streams).
+    std::vector<alias_mapping> aliases;
+    std::uint32_t live = 0;
+    std::uint32_t live_first = 0;
+    std::uint32_t freed_slot = 0;
+    std::uint64_t freed_sequence = 0;
   };
 
   page_table(driver_calls& calls, std::size_t granularity) : calls_(calls), granularity_(granularity) {}
@@ -51,8 +67,26 @@ class page_table {
   driver_status create(std::size_t size, std::uint32_t& id);
   /// Maps handle `id` at `at` in `range` and grants access to the device and its peers.
   driver_status map(std::uint32_t id, address_range& range, device_address at);
-  /// Unmaps handle `id` (the caller knows no queued work uses it).
+  /// Unmaps handle `id` (the caller knows no queued work uses it); it must have no aliases.
   driver_status unmap(std::uint32_t id);
+
+  // --- aliases (pool_options::alias_free_handles) ---
+  /// Maps handle `id`, already mapped, a further time at `at` in `range`.
+  driver_status map_alias(std::uint32_t id, address_range& range, device_address at);
+  /// Unmaps the further mapping of `id` at `at` (no live block uses it).
+  driver_status unmap_alias(std::uint32_t id, device_address at);
+  /// Where the mapping of `id` that covers `address` starts.
+  [[nodiscard]] device_address mapping_start(std::uint32_t id, device_address address) const noexcept;
+  /// Live blocks of handle `id` through the mapping covering `address`.
+  [[nodiscard]] std::uint32_t live_through(std::uint32_t id, device_address address) const noexcept;
+  /// A live block touching handle `id` at `address` came (change +1) or went (-1); a block that
+  /// went is noted with its stream slot and free number.
+  void count_live(std::uint32_t id, device_address address, int change, std::uint32_t slot,
+                  std::uint64_t sequence) noexcept;
+  /// Handles that have at least one alias.
+  [[nodiscard]] std::size_t aliased_handles() const noexcept { return aliased_; }
+  /// Mutable access for the arena's idle-handle scan.
+  [[nodiscard]] std::uint32_t handle_slots() const noexcept { return static_cast<std::uint32_t>(handles_.size()); }
   /// Releases an unmapped handle: its bytes go back to the driver. A handle whose mem_release
   /// fails is kept (still held, covering nothing) and tried again by retry_unreleased, so no
   /// caller can lose it, whichever path unmapped it.
@@ -125,6 +159,7 @@ class page_table {
   // Handles already unmapped whose mem_release failed: no block covers them any more, so only this
   // list keeps them from leaking.
   std::vector<std::uint32_t> unreleased_;
+  std::size_t aliased_ = 0;
   std::size_t held_ = 0;
   std::size_t peak_held_ = 0;
   std::size_t released_ = 0;

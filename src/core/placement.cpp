@@ -61,8 +61,8 @@ block* arena::find_inside(free_index& index, std::size_t bytes) {
 }
 
 block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
-  block* own = find_inside(*slots_[slot], bytes);
-  block* any = slot != 0 ? find_inside(*slots_[0], bytes) : nullptr;
+  block* own = find_allowed(*slots_[slot], bytes, slot);
+  block* any = slot != 0 ? find_allowed(*slots_[0], bytes, slot) : nullptr;
   block* first = own;
   block* second = any;
   if (own == nullptr || (any != nullptr && any->size < own->size)) std::swap(first, second);
@@ -76,11 +76,14 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
       if (extension_room_ != nullptr) return nullptr;
     }
   }
-  if (first != nullptr) {
-    if (block* b = place(first, bytes, slot)) return b;
-  }
-  if (second != nullptr) {
-    if (block* b = place(second, bytes, slot)) return b;
+  for (block* c : {first, second}) {
+    if (c == nullptr) continue;
+    const device_address start = settings_.aliases ? clear_start(*c, bytes, slot) : c->address;
+    if (start == 0) continue;
+    if (block* b = place(c, bytes, slot, start)) {
+      if (settings_.aliases) count_live(*b, +1, slot, 0);
+      return b;
+    }
   }
   return nullptr;
 }
@@ -129,13 +132,12 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   return c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence);
 }
 
-block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
+block* arena::place(block* c, std::size_t bytes, std::uint32_t slot, device_address start) {
   const std::size_t g = granularity_;
   if (c->range->segment) {  // one mem_alloc segment: no granules to save, no handles
     slots_[c->owner]->remove(c);
-    return split_around(c, nullptr, 0, c->address, bytes, slot);
+    return split_around(c, nullptr, 0, start, bytes, slot);
   }
-  const device_address start = c->address;
   if (!guards_large_handles_) {
     slots_[c->owner]->remove(c);
     return split_around(c, nullptr, 0, start, bytes, slot);
@@ -148,6 +150,7 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot) {
   const device_address end = start + bytes;
   auto consider = [&](std::uint32_t id) {
     const page_table::handle_record& h = pages_.record(id);
+    if (!h.aliases.empty()) return;  // an aliased handle is never split
     if (h.size <= g || (h.at >= start && h.at + h.size <= end)) return;  // not cut
     if (repair_worthwhile(h, c, start, end, slot)) cuts[cut_count++] = id;
   };

@@ -63,6 +63,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
     settings.virtual_memory = virtual_memory_;
     settings.large_handles = k >= 2;
     settings.range_bytes = range_bytes;
+    settings.aliases = options_.alias_free_handles && virtual_memory_ && k >= 2;
     arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
     arenas_[k]->set_pool_queries(this, &pool_impl::frees_done, &pool_impl::growth_would_steal);
   }
@@ -74,6 +75,9 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
 
 bool pool_impl::frees_done(void* self, std::uint32_t slot, std::uint64_t sequence) {
   auto& pool = *static_cast<pool_impl*>(self);
+  // A recycled slot held no free in flight when it was recycled (aliases.cpp asks about the
+  // latest free on a handle, whose stream may have gone since).
+  if (!pool.streams_.holds(slot)) return true;
   const stream_state& s = pool.streams_.at(slot);
   if (sequence <= s.completed) return true;
   for (std::uint32_t i = 0; i < s.in_flight; ++i) {

@@ -273,6 +273,12 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, ar
     std::size_t left = want - released;
     std::size_t room = at_most ? left : everything;
     ids.clear();
+    if (a->settings().aliases) {
+      if (const driver_status dropped = a->drop_idle_aliases(); dropped != driver_status::success) {
+        throw error(error_code::driver_failure,
+                    fmt::format("tidepool: mem_unmap failed on device {}: {}", device_, to_string(dropped)));
+      }
+    }
     const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids, everything);
     const driver_status status = pages_.release_all(ids, released);
     if (status != driver_status::success) {

@@ -173,6 +173,12 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
     throw error(error_code::unavailable,
                 fmt::format("tidepool: sleep needs the virtual memory API, which device {} lacks", device_));
   }
+  if (pages_.aliased_handles() != 0) {
+    throw error(error_code::unavailable,
+                fmt::format("tidepool: device {} maps a handle at more than one address (alias_free_handles): "
+                            "sleep does not support that yet; release() first unmaps the idle ones",
+                            device_));
+  }
   asleep_ = true;  // from here allocate() refuses
   take_back_lent(true);  // and no thread's cache holds a block: live ones are copied below
   automatic_release_awake_ = automatic_release_;

@@ -111,6 +111,8 @@ class stream_registry {
   void retire(stream_state& state);
   /// Frees the slot of `state`, which must hold nothing (see the file comment).
   void recycle(stream_state& state);
+  /// Whether `slot` holds a state (a recycled slot held nothing when it was recycled).
+  [[nodiscard]] bool holds(std::uint32_t slot) const noexcept { return slot < by_slot_.size() && by_slot_[slot] != nullptr; }
   /// One past the highest slot (slot 0 is "any stream" and has no state).
   [[nodiscard]] std::uint32_t slot_count() const noexcept { return static_cast<std::uint32_t>(by_slot_.size()); }
   /// States held now.
