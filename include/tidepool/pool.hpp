@@ -89,7 +89,7 @@ struct pool_options {
   /// Must be >= 0.
   double growth_slack = 0.5;
   /// Past the growth budget, map free handles a second time under the request (one map and
-  /// set-access per handle, no unmap, no new memory) before stealing any: a handle may then be
+  /// set-access per handle, no unmap, no new memory) instead of stealing any: a handle may then be
   /// mapped at several addresses, of which one at a time holds live blocks. Mappings stay, so a
   /// loop that has seen its shapes stops calling the driver. Experimental and off by default: it
   /// holds training loops near the budget but costs random mixes (docs/RESULTS.md, section 0, "One

@@ -2,19 +2,22 @@
 // address of its arena, of which one at a time holds live blocks.
 //
 // Past the growth budget, growth maps handles that no live block touches a further time under the
-// request instead of stealing them (arena::map_idle_aliases): one map and set-access, no unmap, no
-// new memory, and the mapping stays, so a loop that comes back to either shape finds it mapped.
+// request (arena::map_idle_aliases): one map and set-access, no unmap, no new memory, and the
+// mapping stays, so a loop that comes back to either shape finds it mapped. Nothing is stolen
+// with aliases on (past the budget, what aliases cannot cover is new handles): stolen handles
+// left holes that every later pass mapped again (docs/RESULTS.md).
 // What keeps it safe is placement's check (span_refused): a block is never placed where it would
 // touch a handle that has a live block through another mapping, or whose latest free on another
 // stream is not known complete (queued work may still use its memory through the other address),
-// or where it would hold two mappings of one handle. Every live block of the arena is counted on
+// or where it would hold two mappings of one handle; a block then starts at the lowest clear start
+// of its free block (clear_start), not at the free block's start. Every live block of the arena is counted on
 // the handles it touches (count_live: at placement and at give_back), which is what the check
 // reads. release() first unmaps the further mappings of handles nobody uses (drop_idle_aliases),
 // so a handle goes back with its last mapping and release stays exact. Aliased handles are never
 // split nor stolen, and a pool with aliases does not sleep. The model this follows, and what it
 // holds, are in docs/RESULTS.md, section 0 ("One handle at several addresses").
 #include <algorithm>
-
+#include <vector>
 
 #include "core/arena.hpp"
 #include "core/units.hpp"

@@ -205,7 +205,7 @@ std::vector<std::uint32_t> page_table::mapped_ids() const {
 driver_status page_table::sleep_handle(std::uint32_t id, bool& remapped) {
   remapped = true;
   handle_record& h = handles_[id];
-  if (!h.aliases.empty()) return driver_status::not_supported;  // aliases are experimental: no sleep
+  if (!h.aliases.empty()) return driver_status::not_supported;  // pool::sleep refuses aliases first
   driver_status status = calls_.mem_unmap(h.at, h.size);
   if (status != driver_status::success) return status;
   status = calls_.mem_release(h.handle, h.size);

@@ -85,7 +85,7 @@ class page_table {
                   std::uint64_t sequence) noexcept;
   /// Handles that have at least one alias.
   [[nodiscard]] std::size_t aliased_handles() const noexcept { return aliased_; }
-  /// Mutable access for the arena's idle-handle scan.
+  /// Handle records (some of them free ids), for the arena's scans over every handle.
   [[nodiscard]] std::uint32_t handle_slots() const noexcept { return static_cast<std::uint32_t>(handles_.size()); }
   /// Releases an unmapped handle: its bytes go back to the driver. A handle whose mem_release
   /// fails is kept (still held, covering nothing) and tried again by retry_unreleased, so no
