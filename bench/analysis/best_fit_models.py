@@ -162,7 +162,7 @@ class HugeHighSpace(Space):
         return address + found - size
 
 
-class AliasSpace:
+class AliasSpace(Space):
     """One address space whose memory is in physical handles, each mapped at one or more places
     (see the module docstring: the `alias` model). Growth maps handles at the top as the pool
     does: each as large as what is still to map, up to `handle` bytes. Free blocks are address
@@ -171,12 +171,9 @@ class AliasSpace:
     second mapping of a handle it already spans)."""
 
     def __init__(self, handle=ALIAS_HANDLE, slack=ALIAS_SLACK):
+        super().__init__()
         self.handle = handle
         self.slack = slack
-        self.free = []  # (size, address), sorted
-        self.size_at = {}
-        self.start_before = {}
-        self.top = 0
         self.starts = []  # mappings' addresses, ascending (growth only appends)
         self.mapped = []  # mapping -> (its size, its handle)
         self.live_at = []  # mapping -> live blocks touching it
@@ -186,19 +183,10 @@ class AliasSpace:
         self.clock = 0
         self.handles_made = 0
         self.aliases_mapped = 0
-        self.held = 0
 
     def _insert(self, address, size):
-        if size > 0:
-            self.size_at[address] = size
-            self.start_before[address + size] = address
-            bisect.insort(self.free, (size, address))
-
-    def _remove(self, address):
-        size = self.size_at.pop(address)
-        del self.start_before[address + size]
-        self.free.pop(bisect.bisect_left(self.free, (size, address)))
-        return size
+        if size > 0:  # a block placed at its free block's start or end leaves no piece there
+            super()._insert(address, size)
 
     def mappings_of(self, address, size):
         """The mappings that [address, address + size) touches, in address order."""

@@ -41,8 +41,8 @@ driver_status page_table::create(std::size_t size, std::uint32_t& id) {
   return driver_status::success;
 }
 
-driver_status page_table::map(std::uint32_t id, address_range& range, device_address at) {
-  handle_record& h = handles_[id];
+driver_status page_table::map_at(std::uint32_t id, address_range& range, device_address at) {
+  const handle_record& h = handles_[id];
   driver_status status = calls_.mem_map(at, h.size, h.handle);
   if (status != driver_status::success) return status;
   for (int peer : peers_) {
@@ -52,10 +52,16 @@ driver_status page_table::map(std::uint32_t id, address_range& range, device_add
       return status;
     }
   }
-  h.at = at;
-  h.range = &range;
   const std::size_t first = (at - range.base) / granularity_;
   std::fill_n(range.page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, id);
+  return driver_status::success;
+}
+
+driver_status page_table::map(std::uint32_t id, address_range& range, device_address at) {
+  const driver_status status = map_at(id, range, at);
+  if (status != driver_status::success) return status;
+  handles_[id].at = at;
+  handles_[id].range = &range;
   return driver_status::success;
 }
 
@@ -72,20 +78,11 @@ driver_status page_table::unmap(std::uint32_t id) {
 }
 
 driver_status page_table::map_alias(std::uint32_t id, address_range& range, device_address at) {
-  handle_record& h = handles_[id];
-  driver_status status = calls_.mem_map(at, h.size, h.handle);
+  const driver_status status = map_at(id, range, at);
   if (status != driver_status::success) return status;
-  for (int peer : peers_) {
-    status = calls_.mem_set_access(at, h.size, peer);
-    if (status != driver_status::success) {
-      (void)calls_.mem_unmap(at, h.size);
-      return status;
-    }
-  }
+  handle_record& h = handles_[id];
   if (h.aliases.empty()) ++aliased_;
   h.aliases.push_back(alias_mapping{at, &range, 0});
-  const std::size_t first = (at - range.base) / granularity_;
-  std::fill_n(range.page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, id);
   return driver_status::success;
 }
 

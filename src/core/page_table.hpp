@@ -159,6 +159,10 @@ class page_table {
   // Handles already unmapped whose mem_release failed: no block covers them any more, so only this
   // list keeps them from leaking.
   std::vector<std::uint32_t> unreleased_;
+  // Maps handle `id` at `at` with the peers' access and names it in the range's granules; undoes
+  // the map if access fails. map() and map_alias() record the mapping.
+  driver_status map_at(std::uint32_t id, address_range& range, device_address at);
+
   std::size_t aliased_ = 0;
   std::size_t held_ = 0;
   std::size_t peak_held_ = 0;

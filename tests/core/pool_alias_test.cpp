@@ -8,6 +8,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "pool_checker.hpp"
@@ -28,18 +29,23 @@ std::uint64_t maps_beyond_creates(const sim_driver& sim) {
   return c.of(driver_call::mem_map) - c.of(driver_call::mem_create);
 }
 
+// A (64 MiB) freed below B (32 MiB), then C (96 MiB): the 64 MiB hole is too small, so growth
+// passes the budget (0) and maps A's handle again under C. Returns {B, C}.
+std::pair<void*, void*> alias_a_freed_handle(sim_driver& sim, pool_checker& checker) {
+  void* a = checker.allocate(64 * MiB);
+  void* b = checker.allocate(32 * MiB);
+  checker.free(a);
+  sim.run_until_idle();
+  return {b, checker.allocate(96 * MiB)};
+}
+
 TEST(PoolAliases, PastTheBudgetAFreedHandleIsMappedAgainNotMadeAnew) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0, aliasing());
   pool_checker checker(*sim, p);
-  void* a = checker.allocate(64 * MiB);
-  void* b = checker.allocate(32 * MiB);
-  checker.free(a);
-  sim->run_until_idle();
-  const std::uint64_t before = maps_beyond_creates(*sim);
-  void* c = checker.allocate(96 * MiB);  // the 64 MiB hole is too small: growth, past the budget
+  const auto [b, c] = alias_a_freed_handle(*sim, checker);
   checker.check();
-  EXPECT_GT(maps_beyond_creates(*sim), before) << "no handle was mapped a second time";
+  EXPECT_GT(maps_beyond_creates(*sim), 0u) << "no handle was mapped a second time";
   EXPECT_LE(sim->physical_bytes(0), 128 * MiB) << "held more than the peak in use (128 MiB)";
   // A's old addresses are free, but their handle now backs C: a block placed there would share
   // C's bytes, which the checker's patterns would show.
@@ -58,11 +64,7 @@ TEST(PoolAliases, SleepIsRefusedWhileAHandleHasAliasesAndThePoolCarriesOn) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0, aliasing());
   pool_checker checker(*sim, p);
-  void* a = checker.allocate(64 * MiB);
-  void* b = checker.allocate(32 * MiB);
-  checker.free(a);
-  sim->run_until_idle();
-  void* c = checker.allocate(96 * MiB);
+  const auto [b, c] = alias_a_freed_handle(*sim, checker);
   ASSERT_GT(maps_beyond_creates(*sim), 0u);
   try {
     p.sleep();
