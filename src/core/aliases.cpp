@@ -83,18 +83,17 @@ device_address arena::refused_until(const address_range& range, device_address a
 block* arena::find_allowed(free_index& index, std::size_t bytes, std::uint32_t slot) {
   block* b = find_inside(index, bytes);
   if (!settings_.aliases || pages_.aliased_handles() == 0) return b;
-  std::vector<block*> skipped(max_refused_skips);
-  unsigned n = 0;
+  std::vector<block*> skipped;  // allocates only when a block is passed over
   while (b != nullptr && clear_start(*b, bytes, slot) == 0) {
-    if (n == skipped.size()) {
+    if (skipped.size() == max_refused_skips) {
       b = nullptr;
       break;
     }
     index.remove(b);
-    skipped[n++] = b;
+    skipped.push_back(b);
     b = find_inside(index, bytes);
   }
-  for (unsigned i = n; i > 0; --i) index.insert(skipped[i - 1]);
+  for (auto it = skipped.rbegin(); it != skipped.rend(); ++it) index.insert(*it);
   return b;
 }
 
@@ -147,8 +146,7 @@ driver_status arena::drop_idle_aliases() {
     const std::size_t size = h.size;
     std::vector<page_table::alias_mapping> mappings = h.aliases;
     for (const page_table::alias_mapping& m : mappings) {
-      block* b = m.range->first;
-      while (b != nullptr && b->end() <= m.at) b = b->next;
+      block* b = find_containing(m.at);
       if (b == nullptr || b->state != block_state::free_mapped || b->owner != 0 || b->address > m.at ||
           b->end() < m.at + size) {
         continue;  // not wholly free for every stream: it stays
@@ -159,14 +157,7 @@ driver_status arena::drop_idle_aliases() {
         any.insert(b);
         return status;
       }
-      block* mid = b;
-      if (m.at > b->address) {
-        mid = cut(b, m.at - b->address);
-        any.insert(b);
-      }
-      block* above = m.at + size < mid->end() ? cut(mid, m.at + size - mid->address) : nullptr;
-      coalesce_unmapped(mid);
-      if (above != nullptr) any.insert(above);
+      if (block* above = carve_unmapped(b, m.at, size)) any.insert(above);
     }
   }
   return driver_status::success;

@@ -268,13 +268,7 @@ driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, st
           any.insert(cur);
           return status;
         }
-        block* mid = cur;
-        if (h.at > cur->address) {
-          mid = cut(cur, h.at - cur->address);
-          any.insert(cur);  // the mapped piece below the handle
-        }
-        block* above = h.at + h.size < mid->end() ? cut(mid, h.at + h.size - mid->address) : nullptr;
-        coalesce_unmapped(mid);
+        block* above = carve_unmapped(cur, h.at, h.size);
         out.push_back(id);
         want -= std::min(want, h.size);
         room -= h.size;
@@ -285,6 +279,17 @@ driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, st
     }
   }
   return driver_status::success;
+}
+
+block* arena::carve_unmapped(block* b, device_address at, std::size_t size) {
+  block* mid = b;
+  if (at > b->address) {
+    mid = cut(b, at - b->address);
+    slots_[0]->insert(b);  // the mapped piece below
+  }
+  block* above = at + size < mid->end() ? cut(mid, at + size - mid->address) : nullptr;
+  coalesce_unmapped(mid);
+  return above;
 }
 
 driver_status arena::grow_segment(std::size_t bytes, std::uint64_t tick) {
@@ -379,7 +384,7 @@ block* arena::find_containing(device_address address) const noexcept {
 
 void arena::tear_down() {
   const std::size_t g = pages_.granularity();
-  for (std::uint32_t id = 0; id < pages_.handle_slots(); ++id) {  // further mappings first
+  for (std::uint32_t id = 0; pages_.aliased_handles() != 0 && id < pages_.handle_slots(); ++id) {  // aliases first
     const page_table::handle_record& h = pages_.record(id);
     if (h.range == nullptr || h.range->owner != this) continue;
     while (!h.aliases.empty()) {

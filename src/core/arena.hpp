@@ -300,6 +300,10 @@ class arena {
     if (b->next != nullptr) b->next->prev = b;
     slab_.recycle(n);
   }
+  // Turns [at, at + size), just unmapped inside free block `b` of slot 0 (in no index), into
+  // unmapped room; the piece below goes back to slot 0's index, the piece above (or nullptr) is
+  // returned, in no index.
+  block* carve_unmapped(block* b, device_address at, std::size_t size);
   // Puts free unmapped `b` (in no index) into the room set, merged with free unmapped neighbours.
   void coalesce_unmapped(block* b);
   block* make_range_block(address_range& range, device_address address, std::size_t size, block_state state);
