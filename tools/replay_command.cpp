@@ -32,6 +32,7 @@ struct replay_settings {
   unsigned passes = 1;
   double growth_slack = tidepool::pool_options{}.growth_slack;
   bool alias_free_handles = false;
+  double alias_slack = tidepool::pool_options{}.alias_slack;
   double gpu_lag_ms = 0.0;
 };
 
@@ -72,6 +73,7 @@ void run_replay(const replay_settings& settings) {
       options.passes = settings.passes;
       options.tidepool_options.growth_slack = settings.growth_slack;
       options.tidepool_options.alias_free_handles = settings.alias_free_handles;
+      options.tidepool_options.alias_slack = settings.alias_slack;
       options.gpu_lag_us = settings.gpu_lag_ms * 1000.0;
       const std::string what = fmt::format("replaying {} with {}", t.name, name);
       options.progress = [&progress, &what](std::size_t done, std::size_t total) { progress.show(what, done, total); };
@@ -169,8 +171,14 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   command->add_flag("--alias", settings->alias_free_handles,
-                    "tidepool's pool_options::alias_free_handles (past the growth budget, map free handles a "
-                    "second time before stealing)");
+                    "tidepool's pool_options::alias_free_handles (past the alias budget, map idle handles a "
+                    "second time before making new ones)");
+  command
+      ->add_option("--alias-slack", settings->alias_slack,
+                   "tidepool's pool_options::alias_slack (with --alias: held memory allowed above peak in use "
+                   "before idle handles are mapped again; at most --growth-slack)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   command
       ->add_option("--gpu-lag-ms", settings->gpu_lag_ms,
                    "sim only: how far the GPU runs behind the program (each row's work completes this long "

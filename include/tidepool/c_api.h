@@ -117,6 +117,12 @@ typedef struct tidepool_pool_options_t {
                                        made (tidepool::pool_options::growth_slack; default 0.5) */
   int32_t thread_caches;          /**< a tidepool_thread_caches (default WHEN_CONTENDED) */
   int32_t reserved2_;             /**< zero */
+  int32_t alias_free_handles;     /**< 1: past the alias budget, map idle handles a second time before
+                                       making new ones (experimental; tidepool::pool_options::
+                                       alias_free_handles; default 0) */
+  int32_t reserved3_;             /**< zero */
+  double alias_slack;             /**< the alias budget's fraction above peak in use
+                                       (tidepool::pool_options::alias_slack; default 0.02) */
 } tidepool_pool_options_t;
 
 /** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return

@@ -88,13 +88,19 @@ struct pool_options {
   /// measured frontier is in docs/RESULTS.md).
   /// Must be >= 0.
   double growth_slack = 0.5;
-  /// Past the growth budget, map free handles a second time under the request (one map and
-  /// set-access per handle, no unmap, no new memory) instead of stealing any: a handle may then be
-  /// mapped at several addresses, of which one at a time holds live blocks. Mappings stay, so a
-  /// loop that has seen its shapes stops calling the driver. Experimental and off by default: it
-  /// holds training loops near the budget but costs random mixes (docs/RESULTS.md, section 0, "One
-  /// handle at several addresses").
+  /// Past the alias budget (alias_slack), map free handles a second time under the request (one
+  /// map and set-access per handle, no unmap, no new memory) before making new ones: a handle may
+  /// then be mapped at several addresses, of which one at a time holds live blocks. Mappings stay,
+  /// so a loop that has seen its shapes stops calling the driver. Aliasing stops by itself in a
+  /// pool where the blocks it keeps out of reuse cost more memory than it saves. Experimental and
+  /// off by default: it holds the recorded training loops at 1.01-1.02x their peak in use, but
+  /// serving and loader shapes above expandable segments (docs/RESULTS.md, section 0, "One handle
+  /// at several addresses"). A pool with aliases does not sleep.
   bool alias_free_handles = false;
+  /// With alias_free_handles: new handles while held + need stays within (1 + alias_slack) *
+  /// max(peak in use, in use + need); past it idle handles are mapped again first. Must be >= 0;
+  /// a value above growth_slack acts as growth_slack.
+  double alias_slack = 0.02;
   /// Per-thread caches (docs/DESIGN.md, "Thread caches"): each holds at most 8 blocks and 64 MiB,
   /// which every slow path, release() and the out-of-memory path take back first. While a thread
   /// has one, peak_in_use_bytes counts the blocks waiting in it as in use; in_use_bytes and every

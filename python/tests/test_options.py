@@ -39,6 +39,32 @@ def test_growth_slack_round_trips_and_bad_values_are_refused():
     assert out.strip().splitlines() == ["0.5", "0.25", "TIDEPOOL_INVALID_ARGUMENT", "0.25"]
 
 
+def test_alias_options_round_trip_and_bad_values_are_refused():
+    out = run_script("""
+        import tidepool
+        o = tidepool.get_pool_options()
+        print(o["alias_free_handles"], o["alias_slack"])
+        tidepool.set_pool_options(alias_free_handles=True, alias_slack=0.05)
+        o = tidepool.get_pool_options()
+        print(o["alias_free_handles"], o["alias_slack"])
+        for bad in ({"alias_free_handles": 1}, {"alias_slack": "0.1"}, {"alias_slack": -1.0}):
+            try:
+                tidepool.set_pool_options(**bad)
+            except (TypeError, tidepool.TidepoolError) as e:
+                print(type(e).__name__, str(e).split(":", 1)[1].strip())
+        o = tidepool.get_pool_options()
+        print(o["alias_free_handles"], o["alias_slack"])
+        tidepool.deallocate(tidepool.allocate(64 << 20))  # a pool made with them
+    """)
+    lines = out.strip().splitlines()
+    assert lines[0] == "False 0.02"
+    assert lines[1] == "True 0.05"
+    assert lines[2] == "TypeError alias_free_handles must be True or False, not 1"
+    assert lines[3] == "TypeError alias_slack must be a number, not str '0.1'"
+    assert lines[4].startswith("InvalidArgumentError alias_slack is -1"), lines[4]
+    assert lines[5] == "True 0.05"
+
+
 def test_unknown_options_are_refused(tp):
     with pytest.raises(TypeError, match="bytecap"):
         tp.set_pool_options(bytecap=1)

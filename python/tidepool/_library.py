@@ -65,6 +65,9 @@ class CPoolOptions(ctypes.Structure):
         ("growth_slack", ctypes.c_double),
         ("thread_caches", ctypes.c_int32),
         ("reserved2_", ctypes.c_int32),
+        ("alias_free_handles", ctypes.c_int32),
+        ("reserved3_", ctypes.c_int32),
+        ("alias_slack", ctypes.c_double),
     ]
 
 

@@ -40,6 +40,8 @@ def get_pool_options():
         "immediate_release": bool(raw.immediate_release),
         "growth_slack": raw.growth_slack,
         "thread_caches": _THREAD_CACHES_NAMES.get(raw.thread_caches, raw.thread_caches),
+        "alias_free_handles": bool(raw.alias_free_handles),
+        "alias_slack": raw.alias_slack,
     }
 
 
@@ -56,7 +58,12 @@ def set_pool_options(**changes):
     frees and allocations reuse without the lock: "when_contended", the default, once threads keep
     finding the lock held, so a program with one allocating thread never has one; "always", from
     each thread's first call; "never"; while a thread has one, only the peaks count the blocks
-    waiting in it as in use, and stats().thread_caches says how many threads have one). Byte counts
+    waiting in it as in use, and stats().thread_caches says how many threads have one),
+    alias_free_handles (bool, experimental, off by default: past the alias budget, map idle pages a
+    second time under a request before making new ones; holds training loops near their peak in
+    use, stops by itself where it costs more than it saves; a pool with it cannot sleep),
+    alias_slack (the alias budget: how far held memory may pass peak in use before that, 0.02 by
+    default). Byte counts
     are ints from 0 up: anything else raises TypeError or InvalidArgumentError (a ValueError)
     naming the option, and sets nothing."""
     options = _arguments.merged_options("pool", get_pool_options(), changes)
@@ -80,4 +87,9 @@ def set_pool_options(**changes):
     raw.immediate_release = 1 if options["immediate_release"] else 0
     raw.growth_slack = _arguments.real(fn, "growth_slack", options["growth_slack"])
     raw.thread_caches = _thread_caches(fn, options["thread_caches"])
+    if not isinstance(options["alias_free_handles"], bool):
+        raise TypeError(f"tidepool.{fn}: alias_free_handles must be True or False, not "
+                        f"{options['alias_free_handles']!r}")
+    raw.alias_free_handles = 1 if options["alias_free_handles"] else 0
+    raw.alias_slack = _arguments.real(fn, "alias_slack", options["alias_slack"])
     _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))

@@ -55,7 +55,10 @@ constexpr std::size_t options_field_ends[] = {
     offsetof(tidepool_pool_options_t, growth_slack),
     offsetof(tidepool_pool_options_t, thread_caches),
     offsetof(tidepool_pool_options_t, reserved2_),
-    offsetof(tidepool_pool_options_t, reserved2_) + sizeof(std::int32_t),
+    offsetof(tidepool_pool_options_t, alias_free_handles),
+    offsetof(tidepool_pool_options_t, reserved3_),
+    offsetof(tidepool_pool_options_t, alias_slack),
+    offsetof(tidepool_pool_options_t, alias_slack) + sizeof(double),
 };
 static_assert(options_field_ends[std::size(options_field_ends) - 1] == sizeof(tidepool_pool_options_t),
               "a field appended to tidepool_pool_options_t needs its end listed here");
@@ -72,6 +75,8 @@ tidepool_pool_options_t to_c_options(const pool_options& o) {
   c.immediate_release = o.release.immediate ? 1 : 0;
   c.growth_slack = o.growth_slack;
   c.thread_caches = to_c_thread_caches(o.thread_caches);
+  c.alias_free_handles = o.alias_free_handles ? 1 : 0;
+  c.alias_slack = o.alias_slack;
   return c;
 }
 
@@ -93,6 +98,7 @@ void check_bytes(const char* name, std::uint64_t value, bool no_limit_allowed) {
 pool_options from_c_options(const tidepool_pool_options_t& c) {
   check_reserved("tidepool_set_default_pool_options", "reserved_", c.reserved_);
   check_reserved("tidepool_set_default_pool_options", "reserved2_", c.reserved2_);
+  check_reserved("tidepool_set_default_pool_options", "reserved3_", c.reserved3_);
   check_bytes("byte_cap", c.byte_cap, true);
   check_bytes("headroom", c.headroom, false);
   check_bytes("small_size_threshold", c.small_size_threshold, false);
@@ -111,7 +117,17 @@ pool_options from_c_options(const tidepool_pool_options_t& c) {
     throw error(error_code::invalid_argument,
                 fmt::format("growth_slack is {}: expected a number from 0 up", c.growth_slack));
   }
+  if (c.alias_free_handles != 0 && c.alias_free_handles != 1) {
+    throw error(error_code::invalid_argument,
+                fmt::format("alias_free_handles is {}: expected 0 or 1", c.alias_free_handles));
+  }
+  if (!(c.alias_slack >= 0.0 && c.alias_slack <= 1e6)) {  // also refuses NaN
+    throw error(error_code::invalid_argument,
+                fmt::format("alias_slack is {}: expected a number from 0 up", c.alias_slack));
+  }
   pool_options o;
+  o.alias_free_handles = c.alias_free_handles == 1;
+  o.alias_slack = c.alias_slack;
   o.thread_caches = from_c_thread_caches(c.thread_caches);
   o.growth_slack = c.growth_slack;
   o.byte_cap = static_cast<std::size_t>(c.byte_cap);

@@ -1,21 +1,26 @@
 // Aliases (pool_options::alias_free_handles, experimental): a handle mapped at more than one
 // address of its arena, of which one at a time holds live blocks.
 //
-// Past the growth budget, growth maps handles that no live block touches a further time under the
-// request (arena::map_idle_aliases): one map and set-access, no unmap, no new memory, and the
-// mapping stays, so a loop that comes back to either shape finds it mapped. Nothing is stolen
-// with aliases on (past the budget, what aliases cannot cover is new handles): stolen handles
-// left holes that every later pass mapped again (docs/RESULTS.md).
+// Past the alias budget, (1 + alias_slack) x peak in use, growth maps handles that no live block
+// touches a further time under the request (arena::map_idle_aliases): one map and set-access, no
+// unmap, no new memory, and the mapping stays, so a loop that comes back to either shape finds it
+// mapped. What aliases cannot cover is new handles up to the growth budget (growth_slack), stolen
+// ones beyond it, as without aliases.
 // What keeps it safe is placement's check (span_refused): a block is never placed where it would
 // touch a handle that has a live block through another mapping, or whose latest free on another
 // stream is not known complete (queued work may still use its memory through the other address),
 // or where it would hold two mappings of one handle; a block then starts at the lowest clear start
-// of its free block (clear_start), not at the free block's start. Every live block of the arena is counted on
-// the handles it touches (count_live: at placement and at give_back), which is what the check
+// of its free block (clear_start), not at the free block's start. Every live block of the arena is
+// counted on the handles it touches (count_live: at placement and at give_back), which is what the check
 // reads. release() first unmaps the further mappings of handles nobody uses (drop_idle_aliases),
 // so a handle goes back with its last mapping and release stays exact. Aliased handles are never
-// split nor stolen, and a pool with aliases does not sleep. The model this follows, and what it
-// holds, are in docs/RESULTS.md, section 0 ("One handle at several addresses").
+// split nor stolen, and a pool with aliases does not sleep.
+// Aliasing stops for good in an arena (note_alias_growth) once the new memory it made past the
+// alias budget after refused misses (a free block that fitted, or one below the growth window,
+// passed over only because an alias refused it) passes alias_slack x peak in use: the refusals
+// then cost more memory than the aliases save. On the recorded training loops such growth stays
+// below 0.1% of peak in use; on serving, loader and random shapes it passes 30%. The model this
+// follows, and what it holds, are in docs/RESULTS.md, section 0 ("One handle at several addresses").
 #include <algorithm>
 #include <vector>
 
@@ -133,6 +138,13 @@ std::size_t arena::map_idle_aliases(window& w, std::size_t most, std::uint32_t s
     if (mapped == most) break;
   }
   return mapped;
+}
+
+void arena::note_alias_growth(std::size_t held, double alias_budget, std::size_t new_bytes, std::size_t peak_in_use,
+                              double slack) noexcept {
+  const double over = static_cast<double>(held) - alias_budget;
+  if (refused_miss_ && over > 0) refused_growth_ += std::min(new_bytes, static_cast<std::size_t>(over));
+  if (static_cast<double>(refused_growth_) > slack * static_cast<double>(peak_in_use)) aliasing_stopped_ = true;
 }
 
 driver_status arena::drop_idle_aliases() {

@@ -170,6 +170,12 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   }
   block* below = free_neighbour(room->prev);
   block* above = free_neighbour(room->next);
+  // A free block below that only the aliases' refusals keep out of the window counts as a refused
+  // miss (note_alias_growth): growth maps its size again.
+  if (below == nullptr && settings_.aliases && room->prev != nullptr && room->prev->state == block_state::free_mapped &&
+      (room->prev->owner == 0 || room->prev->owner == slot)) {
+    refused_miss_ = true;
+  }
   const std::size_t have = below != nullptr ? below->size : 0;
   w.map_bytes = std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
   if (w.map_bytes < room->size || have + room->size >= bytes) above = nullptr;  // not needed

@@ -144,6 +144,13 @@ class arena {
   /// and which lie wholly in free blocks of any stream (release(): a handle goes back with its last
   /// mapping, which unmap_free_handles then finds).
   driver_status drop_idle_aliases();
+  /// Whether growth maps idle handles again: the setting is on and aliasing has not stopped.
+  [[nodiscard]] bool aliasing() const noexcept { return settings_.aliases && !aliasing_stopped_; }
+  /// After a growth that made `new_bytes` of new handles and left `held` bytes held: counts what
+  /// passed `alias_budget` after a refused miss, and stops aliasing for good once that passes
+  /// `slack` x `peak_in_use` (aliases.cpp says why).
+  void note_alias_growth(std::size_t held, double alias_budget, std::size_t new_bytes, std::size_t peak_in_use,
+                         double slack) noexcept;
 
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
@@ -335,6 +342,12 @@ class arena {
   std::vector<std::unique_ptr<address_range>> ranges_;
   std::size_t reserved_bytes_ = 0;
   bool serving_growth_ = false;  // serve_growth()
+  // Set by take_placed() and open_window(): the miss being grown for had a free block that only
+  // aliases' refusals passed over. note_alias_growth() adds up what such growth made past the
+  // alias budget and stops aliasing once it is too much.
+  bool refused_miss_ = false;
+  std::size_t refused_growth_ = 0;
+  bool aliasing_stopped_ = false;
   // Set by take_placed() when it declined a wasteful fit for an extension; open_window() prefers it.
   block* extension_room_ = nullptr;
   std::uint32_t extension_slot_ = 0;  // the stream slot whose free block below it may be extended

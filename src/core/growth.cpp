@@ -69,6 +69,10 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   return out_of_memory_path(where, size, requested, s);
 }
 
+double pool_impl::alias_budget(std::size_t size) const noexcept {
+  return (1.0 + std::min(options_.alias_slack, options_.growth_slack)) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
+}
+
 double pool_impl::growth_budget(std::size_t size) const noexcept {
   // Lent blocks count as in use: a thread's cache holds them for its next request.
   return (1.0 + options_.growth_slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
@@ -123,17 +127,20 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   const std::size_t g = pages_.granularity();
   const bool large = where.guards_large_handles();
   const std::size_t have = w.below != nullptr ? w.below->size : 0;
-  const bool partial_end = large && size > have && (size - have) % g != 0;
+  // With aliases (pool_options::alias_free_handles), growth past the alias budget maps idle
+  // handles again before it makes new ones; the end granule gets no handle of its own then: an
+  // alias spans whole handles, and granule handles, aliased in turn, refused the blocks around
+  // them (the serving loop held 2.2x with them; docs/RESULTS.md).
+  const bool aliasing = large && where.aliasing();
+  const bool partial_end = large && !aliasing && size > have && (size - have) % g != 0;
   // The growth budget (pool_options::growth_slack): new handles up to it, stolen ones beyond.
   const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - growth_budget(size);
   const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);
   std::vector<std::uint32_t> stolen;
   std::size_t want = std::min(w.map_bytes, steal_at_least);
-  // Past the budget, with aliases on: free handles mapped a further time here before any is
-  // stolen (aliases.cpp). The end granule keeps its own handle, as below.
   std::size_t aliased = 0;
-  if (want > 0 && large && where.settings().aliases) {
-    aliased = where.map_idle_aliases(w, partial_end ? w.map_bytes - g : w.map_bytes, slot, status);
+  if (aliasing && static_cast<double>(pages_.held_bytes() + w.map_bytes) > alias_budget(size)) {
+    aliased = where.map_idle_aliases(w, w.map_bytes, slot, status);
     if (status != driver_status::success) {
       failure = status;
       failed_call = "mem_map";
@@ -157,7 +164,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
       }
     }
   };
-  if (want > 0 && !(large && where.settings().aliases)) {  // with aliases: new handles, as in the model
+  if (want > 0) {
     if (large) {
       std::size_t room = (partial_end ? w.map_bytes - g : w.map_bytes) - aliased;
       // Handles of 32 MiB or more first (fewer calls per byte moved), then any size.
@@ -187,6 +194,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   }
 
   // New handles for what stealing could not cover.
+  std::size_t new_bytes = 0;
   std::size_t remaining = failure == driver_status::success && w.map_bytes > mapped ? w.map_bytes - mapped : 0;
   while (remaining > 0) {
     const std::size_t handle_size =
@@ -219,8 +227,10 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
     }
     w.cursor += handle_size;
     remaining -= handle_size;
+    new_bytes += handle_size;
   }
   where.close_window(w, tick_);
+  if (aliasing) where.note_alias_growth(pages_.held_bytes(), alias_budget(size), new_bytes, peak_in_use_, options_.alias_slack);
   if (failure != driver_status::success) throw_driver_failure(failed_call, device_, failure);
   return result;
 }

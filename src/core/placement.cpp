@@ -61,6 +61,7 @@ block* arena::find_inside(free_index& index, std::size_t bytes) {
 }
 
 block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
+  refused_miss_ = false;
   block* own = find_allowed(*slots_[slot], bytes, slot);
   block* any = slot != 0 ? find_allowed(*slots_[0], bytes, slot) : nullptr;
   block* first = own;
@@ -85,6 +86,9 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
       return b;
     }
   }
+  // A miss that only aliases' refusals caused (a free block fits): growth tells note_alias_growth().
+  refused_miss_ = aliasing() && pages_.aliased_handles() != 0 &&
+                  (find_inside(*slots_[slot], bytes) != nullptr || (slot != 0 && find_inside(*slots_[0], bytes) != nullptr));
   return nullptr;
 }
 

@@ -51,6 +51,10 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
     throw error(error_code::invalid_argument,
                 fmt::format("tidepool: growth_slack {} is not a number from 0 up", options_.growth_slack));
   }
+  if (!(options_.alias_slack >= 0.0) || options_.alias_slack > 1e6) {
+    throw error(error_code::invalid_argument,
+                fmt::format("tidepool: alias_slack {} is not a number from 0 up", options_.alias_slack));
+  }
   driver& d = *driver_;
   const std::size_t granularity = pages_.granularity();
   virtual_memory_ = d.supports_virtual_memory(device);

@@ -38,6 +38,42 @@ TEST_F(CApiOptions, PoolsMadeAfterwardsGetTheOptions) {
   EXPECT_LE(available, 128 * MiB);
 }
 
+TEST_F(CApiOptions, AliasOptionsReachThePoolAndBadOnesAreRefused) {
+  use_small_sim(2);
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(options.alias_free_handles, 0);  // off by default
+  EXPECT_EQ(options.alias_slack, pool_options{}.alias_slack);
+  const tidepool_pool_options_t defaults = options;
+  options.alias_free_handles = 2;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("alias_free_handles is 2: expected 0 or 1"), std::string::npos)
+      << tidepool_last_error();
+  options = defaults;
+  options.alias_slack = -0.5;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("alias_slack is -0.5"), std::string::npos)
+      << tidepool_last_error();
+  options = defaults;
+  options.reserved3_ = 1;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("reserved3_ is 1"), std::string::npos) << tidepool_last_error();
+
+  options = defaults;
+  options.alias_free_handles = 1;
+  options.alias_slack = 0.05;
+  ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS) << tidepool_last_error();
+  // A caller whose struct ends before the alias fields leaves them as they are.
+  tidepool_pool_options_t older = defaults;
+  older.struct_size = offsetof(tidepool_pool_options_t, alias_free_handles);
+  older.alias_free_handles = 0;
+  ASSERT_EQ(tidepool_set_default_pool_options(&older), TIDEPOOL_SUCCESS) << tidepool_last_error();
+  const pool_options& made = device_pool(1).options();
+  EXPECT_TRUE(made.alias_free_handles);
+  EXPECT_EQ(made.alias_slack, 0.05);
+}
+
 TEST_F(CApiOptions, AnOlderCallersStructChangesOnlyItsFields) {
   use_small_sim();
   tidepool_pool_options_t full{};

@@ -20,7 +20,7 @@ namespace {
 pool_options aliasing(double slack = 0.0) {
   pool_options options;
   options.alias_free_handles = true;
-  options.growth_slack = slack;
+  options.alias_slack = slack;
   return options;
 }
 
