@@ -2,7 +2,8 @@
 # The main job: installs what is needed, builds tidepool, and replays every bundled trace on the
 # simulated H200, printing tidepool beside the allocators users have today, and writes the same as
 # one HTML page of charts and tables (`tidepool view`): $REPORT, else $OUT/report.html, else
-# build/report.html. Extra arguments go to `tidepool view` (e.g. --passes 3).
+# build/report.html. Extra arguments go to `tidepool view` (e.g. --passes 3). Then the same traces
+# with the experimental option alias_free_handles, one line each.
 # Then workloads the pool was not tuned on: the loader generated with seeds 2-10 and the synthetic
 # MoE, serving and random-mix traces of bench/synthetic/make_traces.py with seeds 1-10, each
 # replayed three times beside expandable segments, one line each and the goals over all of them
@@ -15,6 +16,9 @@ report=${REPORT:-${OUT:-$root/build}/report.html}
 mkdir -p "$(dirname "$report")"
 tool="$root/build/tools/tidepool"
 "$tool" view "$root"/traces/*.csv.gz -o "$report" "$@"
+echo
+echo "=== The experimental option alias_free_handles (replay --alias) on the bundled traces, beside expandable segments"
+"$tool" replay "$root"/traces/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --alias
 
 seeds=${UNSEEN_SEEDS-1 2 3 4 5 6 7 8 9 10}
 [ -n "$seeds" ] || exit 0
