@@ -95,7 +95,7 @@ struct pool_options {
   /// pool where the blocks it keeps out of reuse cost more memory than it saves. Experimental and
   /// off by default: it holds the recorded training loops at 1.01-1.02x their peak in use, but
   /// serving and loader shapes above expandable segments (docs/RESULTS.md, section 0, "One handle
-  /// at several addresses"). A pool with aliases does not sleep.
+  /// at several addresses"). sleep() refuses while a live block lies on a handle mapped twice.
   bool alias_free_handles = false;
   /// With alias_free_handles: new handles while held + need stays within (1 + alias_slack) *
   /// max(peak in use, in use + need); past it idle handles are mapped again first. Must be >= 0;

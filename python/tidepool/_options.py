@@ -61,7 +61,8 @@ def set_pool_options(**changes):
     waiting in it as in use, and stats().thread_caches says how many threads have one),
     alias_free_handles (bool, experimental, off by default: past the alias budget, map idle pages a
     second time under a request before making new ones; holds training loops near their peak in
-    use, stops by itself where it costs more than it saves; a pool with it cannot sleep),
+    use, stops by itself where it costs more than it saves; sleep() refuses while a live block lies
+    on a page mapped twice),
     alias_slack (the alias budget: how far held memory may pass peak in use before that, 0.02 by
     default). Byte counts
     are ints from 0 up: anything else raises TypeError or InvalidArgumentError (a ValueError)

@@ -14,7 +14,8 @@
 // counted on the handles it touches (count_live: at placement and at give_back), which is what the check
 // reads. release() first unmaps the further mappings of handles nobody uses (drop_idle_aliases),
 // so a handle goes back with its last mapping and release stays exact. Aliased handles are never
-// split nor stolen, and a pool with aliases does not sleep.
+// split nor stolen, and sleep() refuses while a live block lies on an aliased handle (it unmaps the
+// idle ones first, as release() does).
 // Aliasing stops for good in an arena (note_alias_growth) once the new memory it made past the
 // alias budget after refused misses (a free block that fitted, or one below the growth window,
 // passed over only because an alias refused it) passes alias_slack x peak in use: the refusals

@@ -173,12 +173,6 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
     throw error(error_code::unavailable,
                 fmt::format("tidepool: sleep needs the virtual memory API, which device {} lacks", device_));
   }
-  if (pages_.aliased_handles() != 0) {
-    throw error(error_code::unavailable,
-                fmt::format("tidepool: device {} maps a handle at more than one address (alias_free_handles): "
-                            "sleep does not support that yet; release() first unmaps the idle ones",
-                            device_));
-  }
   asleep_ = true;  // from here allocate() refuses
   take_back_lent(true);  // and no thread's cache holds a block: live ones are copied below
   automatic_release_awake_ = automatic_release_;
@@ -192,10 +186,21 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
     wait_for_streams_in_use();
     // The cache goes back as in release(): what sleeps below is what live blocks touch.
     trim_floor_ = 0;
-    released = release_in_steps(everything, any_tick);
+    released = release_in_steps(everything, any_tick);  // unmaps idle handles' further mappings too
   } catch (...) {
     stay_awake();
     throw;
+  }
+  // A handle still mapped at more than one address (alias_free_handles) has a live block through
+  // one of them: sleep does not save and restore such handles. The cache has gone back, as release()
+  // would; the pool stays awake.
+  if (pages_.aliased_handles() != 0) {
+    stay_awake();
+    throw error(error_code::unavailable,
+                fmt::format("tidepool: device {} has live blocks on {} handle(s) mapped at more than one address "
+                            "(alias_free_handles), which sleep does not support; the cache went back ({} bytes) "
+                            "and the pool stays awake",
+                            device_, pages_.aliased_handles(), released));
   }
   // The contents: every live block's requested bytes, in one pinned buffer.
   kept_.clear();
