@@ -176,7 +176,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   command
       ->add_option("--alias-slack", settings->alias_slack,
                    "tidepool's pool_options::alias_slack (with --alias: held memory allowed above peak in use "
-                   "before idle handles are mapped again; at most --growth-slack)")
+                   "before idle handles are mapped again; above --growth-slack it acts as --growth-slack)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   command

@@ -94,8 +94,8 @@ struct pool_options {
   /// so a loop that has seen its shapes stops calling the driver. Aliasing stops by itself in a
   /// pool where the blocks it keeps out of reuse cost more memory than it saves. Experimental and
   /// off by default: it holds the recorded training loops at 1.01-1.02x their peak in use, but
-  /// serving and loader shapes above expandable segments (docs/RESULTS.md, section 0, "One handle
-  /// at several addresses"). sleep() refuses while a live block lies on a handle mapped twice.
+  /// serving and loader shapes above expandable segments (docs/RESULTS.md, section 0, "Aliases
+  /// with a budget of their own"). sleep() refuses while a live block lies on a handle mapped twice.
   bool alias_free_handles = false;
   /// With alias_free_handles: new handles while held + need stays within (1 + alias_slack) *
   /// max(peak in use, in use + need); past it idle handles are mapped again first. Must be >= 0;

@@ -11,8 +11,8 @@
 // stream is not known complete (queued work may still use its memory through the other address),
 // or where it would hold two mappings of one handle; a block then starts at the lowest clear start
 // of its free block (clear_start), not at the free block's start. Every live block of the arena is
-// counted on the handles it touches (count_live: at placement and at give_back), which is what the check
-// reads. release() first unmaps the further mappings of handles nobody uses (drop_idle_aliases),
+// counted on the handles it touches (count_live: at placement and at give_back), which is what the
+// check reads. release() first unmaps the further mappings of handles nobody uses (drop_idle_aliases),
 // so a handle goes back with its last mapping and release stays exact. Aliased handles are never
 // split nor stolen, and sleep() refuses while a live block lies on an aliased handle (it unmaps the
 // idle ones first, as release() does).

@@ -172,8 +172,9 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   block* above = free_neighbour(room->next);
   // A free block below that only the aliases' refusals keep out of the window counts as a refused
   // miss (note_alias_growth): growth maps its size again.
-  if (below == nullptr && settings_.aliases && room->prev != nullptr && room->prev->state == block_state::free_mapped &&
-      (room->prev->owner == 0 || room->prev->owner == slot)) {
+  const block* prev = room->prev;
+  if (below == nullptr && settings_.aliases && prev != nullptr && prev->state == block_state::free_mapped &&
+      (prev->owner == 0 || prev->owner == slot)) {
     refused_miss_ = true;
   }
   const std::size_t have = below != nullptr ? below->size : 0;

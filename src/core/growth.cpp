@@ -70,7 +70,8 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
 }
 
 double pool_impl::alias_budget(std::size_t size) const noexcept {
-  return (1.0 + std::min(options_.alias_slack, options_.growth_slack)) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
+  const double slack = std::min(options_.alias_slack, options_.growth_slack);
+  return (1.0 + slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
 }
 
 double pool_impl::growth_budget(std::size_t size) const noexcept {
@@ -230,7 +231,9 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
     new_bytes += handle_size;
   }
   where.close_window(w, tick_);
-  if (aliasing) where.note_alias_growth(pages_.held_bytes(), alias_budget(size), new_bytes, peak_in_use_, options_.alias_slack);
+  if (aliasing) {
+    where.note_alias_growth(pages_.held_bytes(), alias_budget(size), new_bytes, peak_in_use_, options_.alias_slack);
+  }
   if (failure != driver_status::success) throw_driver_failure(failed_call, device_, failure);
   return result;
 }

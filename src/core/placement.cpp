@@ -88,7 +88,8 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
   }
   // A miss that only aliases' refusals caused (a free block fits): growth tells note_alias_growth().
   refused_miss_ = aliasing() && pages_.aliased_handles() != 0 &&
-                  (find_inside(*slots_[slot], bytes) != nullptr || (slot != 0 && find_inside(*slots_[0], bytes) != nullptr));
+                  (find_inside(*slots_[slot], bytes) != nullptr ||
+                   (slot != 0 && find_inside(*slots_[0], bytes) != nullptr));
   return nullptr;
 }
 

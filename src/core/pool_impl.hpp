@@ -260,7 +260,8 @@ class pool_impl {
   // growth.cpp
   block* allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s);
   growth grow(arena& where, std::size_t size, std::uint32_t slot);
-  /// The alias budget for a request of `size`: (1 + alias_slack) * max(peak in use, in use + size).
+  /// The alias budget for a request of `size`: (1 + min(alias_slack, growth_slack)) * max(peak in
+  /// use, in use + lent + size).
   [[nodiscard]] double alias_budget(std::size_t size) const noexcept;
   /// The growth budget for a request of `size`: (1 + growth_slack) * max(peak in use, in use +
   /// lent + size).
