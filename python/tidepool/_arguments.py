@@ -72,6 +72,13 @@ def stream(function, value):
     return integer(function, "stream", value, maximum=MAX_POINTER, what="a stream (an int or None)") or None
 
 
+def flag(function, name, value):
+    """1 or 0 for True or False (not 1 or 0 themselves)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"tidepool.{function}: {name} must be True or False, not {value!r}")
+    return 1 if value else 0
+
+
 def real(function, name, value):
     """A real number (int or float, not bool)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

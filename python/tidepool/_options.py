@@ -82,15 +82,9 @@ def set_pool_options(**changes):
                                                 what="a number of milliseconds")
     raw.address_range_bytes = _arguments.byte_count(fn, "address_range_bytes",
                                                     options["address_range_bytes"])
-    if not isinstance(options["immediate_release"], bool):
-        raise TypeError(f"tidepool.{fn}: immediate_release must be True or False, not "
-                        f"{options['immediate_release']!r}")
-    raw.immediate_release = 1 if options["immediate_release"] else 0
+    raw.immediate_release = _arguments.flag(fn, "immediate_release", options["immediate_release"])
     raw.growth_slack = _arguments.real(fn, "growth_slack", options["growth_slack"])
     raw.thread_caches = _thread_caches(fn, options["thread_caches"])
-    if not isinstance(options["alias_free_handles"], bool):
-        raise TypeError(f"tidepool.{fn}: alias_free_handles must be True or False, not "
-                        f"{options['alias_free_handles']!r}")
-    raw.alias_free_handles = 1 if options["alias_free_handles"] else 0
+    raw.alias_free_handles = _arguments.flag(fn, "alias_free_handles", options["alias_free_handles"])
     raw.alias_slack = _arguments.real(fn, "alias_slack", options["alias_slack"])
     _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))

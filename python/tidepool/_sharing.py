@@ -26,12 +26,11 @@ def set_sharing_options(**changes):
     Environment defaults: TIDEPOOL_SHARING, TIDEPOOL_SHARING_GIVES, TIDEPOOL_SHARING_WAIT_MS."""
     options = _arguments.merged_options("sharing", get_sharing_options(), changes)
     fn = "set_sharing_options"
-    for flag in ("enabled", "gives"):
-        if not isinstance(options[flag], bool):
-            raise TypeError(f"tidepool.{fn}: {flag} must be True or False, not {options[flag]!r}")
+    enabled = _arguments.flag(fn, "enabled", options["enabled"])
+    gives = _arguments.flag(fn, "gives", options["gives"])
     raw = _library.CSharingOptions(struct_size=ctypes.sizeof(_library.CSharingOptions))
-    raw.enabled = 1 if options["enabled"] else 0
-    raw.gives = 1 if options["gives"] else 0
+    raw.enabled = enabled
+    raw.gives = gives
     raw.wait_milliseconds = _arguments.integer(fn, "wait_ms", options["wait_ms"],
                                                what="a number of milliseconds")
     _library.check(_library.load().tidepool_set_sharing_options(ctypes.byref(raw)))

@@ -120,11 +120,12 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   // queued later on that stream runs after the work that used it. Joining only blocks free for
   // every stream made growth depend on how far the GPU runs behind: a block freed a moment ago
   // is its stream's until an event completes, so growth mapped beside it instead of extending it.
-  auto free_neighbour = [this, slot](block* b) {
-    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == slot) &&
-                   !(settings_.aliases && span_refused(*b->range, b->address, b->size, slot))
-               ? b
-               : nullptr;
+  auto free_for_slot = [slot](const block* b) {
+    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == slot);
+  };
+  auto free_neighbour = [&](block* b) -> block* {
+    if (!free_for_slot(b) || (settings_.aliases && span_refused(*b->range, b->address, b->size, slot))) return nullptr;
+    return b;
   };
   // Bytes to map if the request is placed in `room`, starting at the free block below it;
   // 0 if it does not fit.
@@ -172,11 +173,7 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   block* above = free_neighbour(room->next);
   // A free block below that only the aliases' refusals keep out of the window counts as a refused
   // miss (note_alias_growth): growth maps its size again.
-  const block* prev = room->prev;
-  if (below == nullptr && settings_.aliases && prev != nullptr && prev->state == block_state::free_mapped &&
-      (prev->owner == 0 || prev->owner == slot)) {
-    refused_miss_ = true;
-  }
+  if (below == nullptr && settings_.aliases && free_for_slot(room->prev)) refused_miss_ = true;
   const std::size_t have = below != nullptr ? below->size : 0;
   w.map_bytes = std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
   if (w.map_bytes < room->size || have + room->size >= bytes) above = nullptr;  // not needed

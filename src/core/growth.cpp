@@ -69,15 +69,16 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   return out_of_memory_path(where, size, requested, s);
 }
 
-double pool_impl::alias_budget(std::size_t size) const noexcept {
-  const double slack = std::min(options_.alias_slack, options_.growth_slack);
+double pool_impl::budget_with(double slack, std::size_t size) const noexcept {
+  // Lent blocks count as in use: a thread's cache holds them for its next request.
   return (1.0 + slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
 }
 
-double pool_impl::growth_budget(std::size_t size) const noexcept {
-  // Lent blocks count as in use: a thread's cache holds them for its next request.
-  return (1.0 + options_.growth_slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
+double pool_impl::alias_budget(std::size_t size) const noexcept {
+  return budget_with(std::min(options_.alias_slack, options_.growth_slack), size);
 }
+
+double pool_impl::growth_budget(std::size_t size) const noexcept { return budget_with(options_.growth_slack, size); }
 
 bool pool_impl::beyond_growth_budget(std::size_t size) const noexcept {
   return static_cast<double>(pages_.held_bytes() + round_up(size, pages_.granularity())) > growth_budget(size);

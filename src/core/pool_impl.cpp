@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <utility>
 
 namespace tidepool::detail {
 
@@ -47,13 +48,11 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
       calls_(checked(driver_), device),
       pages_(calls_, open_device(driver_, device)),
       events_(calls_) {
-  if (!(options_.growth_slack >= 0.0) || options_.growth_slack > 1e6) {
-    throw error(error_code::invalid_argument,
-                fmt::format("tidepool: growth_slack {} is not a number from 0 up", options_.growth_slack));
-  }
-  if (!(options_.alias_slack >= 0.0) || options_.alias_slack > 1e6) {
-    throw error(error_code::invalid_argument,
-                fmt::format("tidepool: alias_slack {} is not a number from 0 up", options_.alias_slack));
+  for (const auto& [name, slack] : {std::pair{"growth_slack", options_.growth_slack},
+                                     std::pair{"alias_slack", options_.alias_slack}}) {
+    if (!(slack >= 0.0) || slack > 1e6) {  // also refuses NaN
+      throw error(error_code::invalid_argument, fmt::format("tidepool: {} {} is not a number from 0 up", name, slack));
+    }
   }
   driver& d = *driver_;
   const std::size_t granularity = pages_.granularity();

@@ -260,6 +260,8 @@ class pool_impl {
   // growth.cpp
   block* allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s);
   growth grow(arena& where, std::size_t size, std::uint32_t slot);
+  /// (1 + slack) * max(peak in use, in use + lent + size): what the budgets below share.
+  [[nodiscard]] double budget_with(double slack, std::size_t size) const noexcept;
   /// The alias budget for a request of `size`: (1 + min(alias_slack, growth_slack)) * max(peak in
   /// use, in use + lent + size).
   [[nodiscard]] double alias_budget(std::size_t size) const noexcept;
