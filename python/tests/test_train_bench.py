@@ -63,6 +63,31 @@ def test_fixed_batch_and_generate_schedules():
         assert prompt + new <= generate.params["size"].max_position_embeddings
 
 
+def test_seq2seq_schedule_draws_source_and_target_lengths_apart():
+    spec = catalog.WORKLOADS["hf-t5-train"]
+    p = spec.params
+    shapes = spec.shapes(0, 80)
+    assert shapes == spec.shapes(0, 80) and shapes != spec.shapes(1, 80)
+    for batch, source, target in shapes:
+        assert source % 64 == 0 and p["min_len"] <= source <= p["max_len"] and batch == p["token_budget"] // source
+        assert target % 64 == 0 and p["min_target"] <= target <= p["max_target"]
+    assert len({source for _, source, _ in shapes}) > 15 and len({target for _, _, target in shapes}) > 10
+    assert len({(s, t) for _, s, t in shapes}) > 60  # the two lengths are not tied to each other
+
+
+def test_accumulate_schedule_gives_each_micro_batch_its_own_length():
+    spec = catalog.WORKLOADS["gpt-ckpt-accum"]
+    p = spec.params
+    shapes = spec.shapes(0, 80)
+    assert shapes[:10] == spec.shapes(0, 10)
+    for step in shapes:
+        assert len(step) == 2 * p["micro"]
+        for batch, length in zip(step[0::2], step[1::2]):
+            assert length % 64 == 0 and p["min_len"] <= length <= p["max_len"] <= p["size"].max_len
+            assert batch == max(1, p["token_budget"] // length)
+    assert sum(len(set(step[1::2])) for step in shapes) > 3 * len(shapes)  # lengths differ within a step
+
+
 def test_multiscale_schedule_fits_each_step_to_the_pixel_budget():
     spec = catalog.WORKLOADS["timm-resnet-multiscale"]
     p = spec.params

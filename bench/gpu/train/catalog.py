@@ -83,6 +83,24 @@ MIXTRAL = MixtralSize(hidden_size=768, intermediate_size=1536, num_hidden_layers
 
 
 @dataclasses.dataclass(frozen=True)
+class T5Size:
+    """transformers.T5Config fields of the encoder-decoder workload."""
+
+    d_model: int
+    d_kv: int
+    d_ff: int
+    num_layers: int
+    num_decoder_layers: int
+    num_heads: int
+    vocab_size: int
+
+
+# ~223M parameters (t5-base's shape): an encoder and a decoder whose lengths change independently.
+T5_BASE = T5Size(d_model=768, d_kv=64, d_ff=3072, num_layers=12, num_decoder_layers=12, num_heads=12,
+                 vocab_size=32128)
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     """One benchmark workload. `shapes(seed, steps)` gives the per-step shapes (tuples of ints)."""
 
@@ -91,7 +109,8 @@ class Workload:
     steps: int  # default number of steps (rounds for generation), warm-up included
     warmup: int  # leading steps left out of the median and p90
     modules: tuple  # Python packages it needs besides torch
-    schedule: str  # "tokens": (batch, seqlen) within a token budget; "fixed"; "batch"; "generate"
+    schedule: str  # "tokens": (batch, seqlen) within a token budget; "fixed"; "batch"; "generate";
+    # "multiscale"; "seq2seq": (batch, source, target); "accumulate": micro-batches of "tokens"
     params: dict
 
     def shapes(self, seed, steps):
@@ -108,6 +127,19 @@ class Workload:
             choices = range(p["min_side"], p["max_side"] + 1, p["multiple"])
             sides = [rng.choice(choices) for _ in range(steps)]
             return [(max(1, p["pixel_budget"] // (side * side)), side) for side in sides]
+        if self.schedule == "seq2seq":
+            # The batch fitted to a budget of source tokens; the target length drawn on its own.
+            shapes = []
+            for batch, source in token_budget_shapes(rng, steps, p["token_budget"], p["min_len"], p["max_len"],
+                                                     p["multiple"]):
+                shapes.append((batch, source, rng.randrange(p["min_target"], p["max_target"] + 1, p["multiple"])))
+            return shapes
+        if self.schedule == "accumulate":
+            # Each step `micro` micro-batches (batch, seqlen) flattened into one tuple, a new length each.
+            micro = token_budget_shapes(rng, steps * p["micro"], p["token_budget"], p["min_len"], p["max_len"],
+                                        p["multiple"])
+            return [tuple(x for shape in micro[i * p["micro"]:(i + 1) * p["micro"]] for x in shape)
+                    for i in range(steps)]
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
@@ -152,6 +184,12 @@ WORKLOADS = {w.name: w for w in (
              80, 10, ("timm",), "batch", {"min_batch": 32, "max_batch": 256, "multiple": 16}),
     Workload("hf-mixtral-train", "transformers Mixtral (8 experts, top 2) ~290M from a config, new sequence "
              "length each step", 80, 10, ("transformers",), "tokens", {"size": MIXTRAL, **_TOKENS_16K}),
+    Workload("hf-t5-train", "transformers T5 ~223M (t5-base's shape) from a config, bf16 autocast, new source "
+             "and target lengths each step, 16k source tokens", 80, 10, ("transformers",), "seq2seq",
+             {"size": T5_BASE, **_TOKENS_16K, "max_len": 2048, "min_target": 64, "max_target": 1024}),
+    Workload("gpt-ckpt-accum", "GPT ~148M with activation checkpointing on every block and 4 micro-batches "
+             "of 8k tokens accumulated per step, each a new sequence length", 80, 10, (), "accumulate",
+             {"size": GPT_BIG, **_TOKENS_16K, "token_budget": 8192, "micro": 4}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),

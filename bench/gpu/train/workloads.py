@@ -1,7 +1,7 @@
 """The workloads of the GPU training benchmark, on torch and the libraries of the GPU machine:
-a decoder-only transformer in plain torch (GPT), transformers' Llama (training and generation) and
-Mixtral built from configs, and timm's ViT-B/16 and ResNet-50, all with random weights (no
-downloads). train_bench.py times
+a decoder-only transformer in plain torch (GPT; also with activation checkpointing and gradient
+accumulation), transformers' Llama (training and generation), Mixtral and T5 built from configs,
+and timm's ViT-B/16 and ResNet-50, all with random weights (no downloads). train_bench.py times
 them under each allocator; record_traces.py records their allocations. Sizes and shape schedules
 are in catalog.py.
 
@@ -96,6 +96,63 @@ class GPTTraining(_Training):
         tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
         logits = self.model(tokens[:, :-1])
         return F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
+
+
+class GPTCheckpointAccumulate(_Training):
+    """The GPT with every block under activation checkpointing (recomputed in the backward pass) and
+    gradients accumulated over the micro-batches of a step, each of its own sequence length: the
+    shape of memory in most large-model training (a few activations kept per block, recomputation
+    allocating and freeing a block's worth at a time, gradients living across micro-batches)."""
+
+    def __init__(self, size, shapes):
+        super().__init__(GPT(size), shapes)
+        self.vocab = size.vocab
+
+    def _forward(self, tokens):
+        from torch.utils.checkpoint import checkpoint
+
+        model = self.model
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = model.tokens(tokens) + model.positions(positions)
+        for block in model.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return F.linear(model.ln_f(x), model.tokens.weight)
+
+    def step(self, i):
+        micro = self.shapes[i]
+        count = len(micro) // 2
+        for batch, length in zip(micro[0::2], micro[1::2]):
+            tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
+            with torch.autocast("cuda", dtype=AUTOCAST):
+                logits = self._forward(tokens[:, :-1])
+                loss = F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1)) / count
+            loss.backward()
+            self.loss = loss.detach()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def t5_model(size):
+    """transformers' T5ForConditionalGeneration with random weights, from a config (no download)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=size.vocab_size, d_model=size.d_model, d_kv=size.d_kv, d_ff=size.d_ff,
+                      num_layers=size.num_layers, num_decoder_layers=size.num_decoder_layers,
+                      num_heads=size.num_heads, decoder_start_token_id=0, pad_token_id=0)
+    return T5ForConditionalGeneration(config)
+
+
+class T5Training(_Training):
+    """An encoder-decoder trained on random tokens: source and target lengths change independently."""
+
+    def __init__(self, size, shapes):
+        super().__init__(t5_model(size), shapes)
+        self.vocab = size.vocab_size
+
+    def loss_of(self, batch, source, target):
+        inputs = torch.randint(1, self.vocab, (batch, source), device="cuda")
+        labels = torch.randint(1, self.vocab, (batch, target), device="cuda")
+        return self.model(input_ids=inputs, labels=labels, use_cache=False).loss
 
 
 def llama_model(size):
@@ -204,6 +261,10 @@ def build(spec, shapes, seed):
         return CausalLMTraining(mixtral_model(size), size, shapes)
     if spec.name == "timm-resnet-multiscale":
         return ResNetMultiscaleTraining(shapes)
+    if spec.name == "hf-t5-train":
+        return T5Training(size, shapes)
+    if spec.name == "gpt-ckpt-accum":
+        return GPTCheckpointAccumulate(size, shapes)
     raise ValueError(f"no workload {spec.name!r}")
 
 
