@@ -6,14 +6,14 @@
 // are non-empty, so finding a fit is a scan of at most 16 entries of one or two lists and two
 // count-trailing-zeros: O(1), not a tree walk (a std::set costs a node allocation per free).
 //
-// find() is best fit: a block of exactly the size asked for at once (lists are LIFO, so the one
-// freed last: a same-size pair stays on one warm block), else the smallest block that fits, in the
-// request's own class or else in the next non-empty one (a bounded scan of each list), the lower
-// address among blocks of one size, the order PyTorch's allocator keeps its free blocks in. So
-// which larger block serves a request does not depend on the order of earlier frees, and a trace
-// replayed pass after pass lays out as it did before: taking the head of the next class (the
-// block freed last) made later passes of many traces hold more than the first (docs/RESULTS.md,
-// section 0).
+// find() is best fit: the smallest block that fits, in the request's own class or else in the
+// next non-empty one (a bounded scan of each list), the lower address among blocks of one size,
+// the order PyTorch's allocator keeps its free blocks in; blocks of exactly the size asked for
+// too. So which block serves a request does not depend on the order of earlier frees, and a
+// trace replayed pass after pass lays out as it did before: taking the head of the next class
+// (the block freed last) made later passes of many traces hold more than the first, and taking
+// the head of the exact size's list did so on a training loop with activation checkpointing
+// (docs/RESULTS.md, section 0).
 #pragma once
 
 #include <array>
@@ -73,17 +73,15 @@ class free_index {
     bytes_ -= b->size;
   }
 
-  /// A block of exactly `bytes` (a multiple of 512), else the smallest larger one among the first
-  /// max_scan of its class, or else of the next non-empty class, the lowest address among equals;
-  /// nullptr if none.
+  /// The smallest block of at least `bytes` (a multiple of 512) among the first max_scan of its
+  /// class, or else of the next non-empty class, the lowest address among equals; nullptr if none.
   [[nodiscard]] block* find(std::size_t bytes) const noexcept {
     if (count_ == 0) return nullptr;
     const unsigned bin = bin_of(bytes);
     block* best = nullptr;
     unsigned scanned = 0;
     for (block* b = heads_[bin]; b != nullptr && scanned < max_scan; b = b->link_next, ++scanned) {
-      if (b->size == bytes) return b;
-      if (b->size > bytes && better(b, best)) best = b;
+      if (b->size >= bytes && better(b, best)) best = b;
     }
     if (best != nullptr) return best;
     const unsigned above = next_nonempty(bin + 1);

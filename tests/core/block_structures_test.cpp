@@ -61,7 +61,8 @@ TEST(FreeIndex, ExactFitsComeFirst) {
 }
 
 // Which block serves a request must not depend on the order blocks were freed in: the smallest
-// that fits, in the request's class or the next non-empty one, the lowest address among equals.
+// that fits, in the request's class or the next non-empty one, the lowest address among equals
+// (exact fits included).
 // (Taking the head of the next class, the block freed last, made a trace replayed pass after pass
 // lay out differently each pass.)
 TEST(FreeIndex, TheSmallestOfTheNextClassAndTheLowestAddressAmongEquals) {
@@ -86,8 +87,10 @@ TEST(FreeIndex, TheSmallestOfTheNextClassAndTheLowestAddressAmongEquals) {
     ASSERT_NE(found, nullptr);
     EXPECT_EQ(found->size, 418 * MiB);
     EXPECT_EQ(found->address, device_address{0x1000});
-    // Within the request's own class too: smallest, then lowest address.
+    // Within the request's own class too: smallest, then lowest address; exact fits the same.
     EXPECT_EQ(index.find(417 * MiB)->address, device_address{0x1000});
+    EXPECT_EQ(index.find(418 * MiB)->address, device_address{0x1000});
+    EXPECT_EQ(index.find(430 * MiB)->address, device_address{0x2000});
   }
 }
 
