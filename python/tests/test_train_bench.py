@@ -75,15 +75,17 @@ def test_seq2seq_schedule_draws_source_and_target_lengths_apart():
     assert len({(s, t) for _, s, t in shapes}) > 60  # the two lengths are not tied to each other
 
 
-def test_accumulate_schedule_gives_each_micro_batch_its_own_length():
-    spec = catalog.WORKLOADS["gpt-ckpt-accum"]
+@pytest.mark.parametrize("name", ["gpt-ckpt-accum", "hf-llama-ckpt-accum"])
+def test_accumulate_schedule_gives_each_micro_batch_its_own_length(name):
+    spec = catalog.WORKLOADS[name]
     p = spec.params
+    longest = getattr(p["size"], "max_len", None) or p["size"].max_position_embeddings
     shapes = spec.shapes(0, 80)
     assert shapes[:10] == spec.shapes(0, 10)
     for step in shapes:
         assert len(step) == 2 * p["micro"]
         for batch, length in zip(step[0::2], step[1::2]):
-            assert length % 64 == 0 and p["min_len"] <= length <= p["max_len"] <= p["size"].max_len
+            assert length % 64 == 0 and p["min_len"] <= length <= p["max_len"] <= longest
             assert batch == max(1, p["token_budget"] // length)
     assert sum(len(set(step[1::2])) for step in shapes) > 3 * len(shapes)  # lengths differ within a step
 

@@ -190,6 +190,9 @@ WORKLOADS = {w.name: w for w in (
     Workload("gpt-ckpt-accum", "GPT ~148M with activation checkpointing on every block and 4 micro-batches "
              "of 8k tokens accumulated per step, each a new sequence length", 80, 10, (), "accumulate",
              {"size": GPT_BIG, **_TOKENS_16K, "token_budget": 8192, "micro": 4}),
+    Workload("hf-llama-ckpt-accum", "transformers Llama ~207M with its gradient checkpointing on and 4 "
+             "micro-batches of 8k tokens accumulated per step, each a new sequence length", 80, 10,
+             ("transformers",), "accumulate", {"size": LLAMA, **_TOKENS_16K, "token_budget": 8192, "micro": 4}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),

@@ -98,7 +98,23 @@ class GPTTraining(_Training):
         return F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
 
 
-class GPTCheckpointAccumulate(_Training):
+class _AccumulatedTraining(_Training):
+    """A step of several micro-batches (the schedule's flattened (batch, length) pairs), each one's
+    loss scaled and backpropagated before the next, gradients accumulated, then one optimizer step."""
+
+    def step(self, i):
+        micro = self.shapes[i]
+        count = len(micro) // 2
+        for batch, length in zip(micro[0::2], micro[1::2]):
+            with torch.autocast("cuda", dtype=AUTOCAST):
+                loss = self.loss_of(batch, length) / count
+            loss.backward()
+            self.loss = loss.detach()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+class GPTCheckpointAccumulate(_AccumulatedTraining):
     """The GPT with every block under activation checkpointing (recomputed in the backward pass) and
     gradients accumulated over the micro-batches of a step, each of its own sequence length: the
     shape of memory in most large-model training (a few activations kept per block, recomputation
@@ -108,28 +124,17 @@ class GPTCheckpointAccumulate(_Training):
         super().__init__(GPT(size), shapes)
         self.vocab = size.vocab
 
-    def _forward(self, tokens):
+    def loss_of(self, batch, length):
         from torch.utils.checkpoint import checkpoint
 
         model = self.model
-        positions = torch.arange(tokens.shape[1], device=tokens.device)
-        x = model.tokens(tokens) + model.positions(positions)
+        tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
+        positions = torch.arange(length, device="cuda")
+        x = model.tokens(tokens[:, :-1]) + model.positions(positions)
         for block in model.blocks:
             x = checkpoint(block, x, use_reentrant=False)
-        return F.linear(model.ln_f(x), model.tokens.weight)
-
-    def step(self, i):
-        micro = self.shapes[i]
-        count = len(micro) // 2
-        for batch, length in zip(micro[0::2], micro[1::2]):
-            tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
-            with torch.autocast("cuda", dtype=AUTOCAST):
-                logits = self._forward(tokens[:, :-1])
-                loss = F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1)) / count
-            loss.backward()
-            self.loss = loss.detach()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        logits = F.linear(model.ln_f(x), model.tokens.weight)
+        return F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
 
 
 def t5_model(size):
@@ -181,6 +186,13 @@ def mixtral_model(size):
     return MixtralForCausalLM(config)
 
 
+def causal_lm_loss(model, vocab, batch, length):
+    """A transformers causal language model's loss on random tokens (labels = inputs: the model
+    shifts them itself; no KV cache in training)."""
+    tokens = torch.randint(0, vocab, (batch, length), device="cuda")
+    return model(input_ids=tokens, labels=tokens, use_cache=False).loss
+
+
 class CausalLMTraining(_Training):
     """A transformers causal language model (Llama, Mixtral) trained on random tokens."""
 
@@ -189,9 +201,21 @@ class CausalLMTraining(_Training):
         self.vocab = size.vocab_size
 
     def loss_of(self, batch, length):
-        tokens = torch.randint(0, self.vocab, (batch, length), device="cuda")
-        # labels = inputs: the model shifts them itself. No KV cache in training.
-        return self.model(input_ids=tokens, labels=tokens, use_cache=False).loss
+        return causal_lm_loss(self.model, self.vocab, batch, length)
+
+
+class LlamaCheckpointAccumulate(_AccumulatedTraining):
+    """transformers' Llama with its own gradient checkpointing (`gradient_checkpointing_enable`, as
+    the Trainer's `gradient_checkpointing=True` sets it) and micro-batches accumulated per step."""
+
+    def __init__(self, size, shapes):
+        model = llama_model(size)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        super().__init__(model, shapes)
+        self.vocab = size.vocab_size
+
+    def loss_of(self, batch, length):
+        return causal_lm_loss(self.model, self.vocab, batch, length)
 
 
 class LlamaGeneration:
@@ -265,6 +289,8 @@ def build(spec, shapes, seed):
         return T5Training(size, shapes)
     if spec.name == "gpt-ckpt-accum":
         return GPTCheckpointAccumulate(size, shapes)
+    if spec.name == "hf-llama-ckpt-accum":
+        return LlamaCheckpointAccumulate(size, shapes)
     raise ValueError(f"no workload {spec.name!r}")
 
 
