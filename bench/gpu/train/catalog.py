@@ -201,7 +201,7 @@ WORKLOADS = {w.name: w for w in (
 # Those whose traces record_traces.py records by default: the training loops of 80 steps or more.
 # (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
-            "timm-resnet-multiscale")
+            "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum")
 
 
 def parse_names(text, known, what):
