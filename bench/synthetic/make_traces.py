@@ -8,10 +8,17 @@ section 0, "Workloads it was not tuned on"):
   server  a serving loop: up to 24 requests at once, each with a KV cache that grows by
           reallocation (a larger one allocated, then the old one freed) and a scratch per step.
   mixed   a random mix of sizes from 4 KiB to 1 GiB, a twentieth of them never freed.
+  ckpt    a transformer trained with activation checkpointing and gradient accumulation: weights,
+          gradients (made by the first micro-batch of a step, freed by the optimizer step) and
+          AdamW's state live on; per micro-batch of a new length each block's input is kept, the
+          block's work is freed at once, the loss makes bf16 and float32 logits and their
+          gradient, and the backward pass recomputes one block at a time. Width, depth,
+          vocabulary, token budget and micro-batches per step drawn from the seed.
 
     python3 bench/synthetic/make_traces.py OUT_DIR [SEED]
 
-writes OUT_DIR/moe.csv.gz, server.csv.gz and mixed.csv.gz; the same seed gives the same traces.
+writes OUT_DIR/moe.csv.gz, server.csv.gz, mixed.csv.gz and ckpt.csv.gz; the same seed gives the
+same traces.
 Replay them with `build/tools/tidepool replay OUT_DIR/*.csv.gz --passes 3`.
 """
 
@@ -121,12 +128,64 @@ def mixed(seed, operations=60000):
     return trace
 
 
+def ckpt(seed, steps=24):
+    r = random.Random(seed)
+    d = r.choice([768, 1024, 1536])
+    layers = r.choice([8, 12, 16])
+    vocab = r.choice([32000, 50304])
+    budget = r.choice([4096, 8192, 16384])
+    micro = r.choice([1, 2, 4])
+    trace = Trace()
+    shapes = [d * 3 * d, d * d, d * 4 * d, 4 * d * d]  # qkv, projection, MLP in, MLP out (fp32)
+    trace.alloc(vocab * d * 4)  # the tied embedding
+    weights = [trace.alloc(n * 4) for _ in range(layers) for n in shapes]
+    optimizer_state = []
+    for step in range(steps):
+        gradients = []
+        for m in range(micro):
+            length = r.randrange(256, 4096 + 1, 64)
+            tokens = max(1, budget // length) * length
+            kept = [trace.alloc(tokens * d * 4)]  # the embedding's output, each block's input
+            for _ in range(layers):  # forward without saving: the block's work is freed at once
+                work = [trace.alloc(tokens * 3 * d * 2), trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2)]
+                for pointer in work:
+                    trace.free(pointer)
+                kept.append(trace.alloc(tokens * d * 4))
+            logits = trace.alloc(tokens * vocab * 2)
+            logits32 = trace.alloc(tokens * vocab * 4)
+            trace.free(logits)
+            grad_logits = trace.alloc(tokens * vocab * 4)
+            trace.free(logits32)
+            grad_x = trace.alloc(tokens * d * 4)
+            trace.free(grad_logits)
+            for layer in reversed(range(layers)):  # recompute the block, then its backward pass
+                saved = [trace.alloc(tokens * 3 * d * 2), trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2),
+                         trace.alloc(tokens * 4 * d * 2)]
+                if m == 0:
+                    gradients.extend(trace.alloc(n * 4) for n in shapes)
+                temporary = trace.alloc(tokens * 4 * d * 2)
+                trace.free(temporary)
+                for pointer in reversed(saved):
+                    trace.free(pointer)
+                grad_in = trace.alloc(tokens * d * 4)
+                trace.free(grad_x)
+                trace.free(kept.pop())
+                grad_x = grad_in
+            trace.free(grad_x)
+            trace.free(kept.pop())
+        if not optimizer_state:  # AdamW's two moments, made at the first step
+            optimizer_state = [trace.alloc(trace.live[w]) for w in weights for _ in range(2)]
+        for pointer in gradients:  # zero_grad(set_to_none=True)
+            trace.free(pointer)
+    return trace
+
+
 def main(argv):
     if len(argv) not in (2, 3):
         sys.exit("usage: make_traces.py OUT_DIR [SEED]")
     out, seed = argv[1], int(argv[2]) if len(argv) == 3 else 1
     os.makedirs(out, exist_ok=True)
-    for name, make in (("moe", moe), ("server", server), ("mixed", mixed)):
+    for name, make in (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt)):
         path = os.path.join(out, f"{name}.csv.gz")
         make(seed).write(path)
         print(path)
