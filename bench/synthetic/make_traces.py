@@ -140,7 +140,7 @@ def ckpt(seed, steps=24):
     trace.alloc(vocab * d * 4)  # the tied embedding
     weights = [trace.alloc(n * 4) for _ in range(layers) for n in shapes]
     optimizer_state = []
-    for step in range(steps):
+    for _ in range(steps):
         gradients = []
         for m in range(micro):
             length = r.randrange(256, 4096 + 1, 64)
@@ -158,7 +158,7 @@ def ckpt(seed, steps=24):
             trace.free(logits32)
             grad_x = trace.alloc(tokens * d * 4)
             trace.free(grad_logits)
-            for layer in reversed(range(layers)):  # recompute the block, then its backward pass
+            for _ in range(layers):  # from the last block down: recompute it, then its backward pass
                 saved = [trace.alloc(tokens * 3 * d * 2), trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2),
                          trace.alloc(tokens * 4 * d * 2)]
                 if m == 0:
