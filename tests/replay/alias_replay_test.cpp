@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "bundled_trace.hpp"
 #include "replay/replay_engine.hpp"
-#include "replay/trace_reader.hpp"
 #include "tidepool/sim.hpp"
 
 namespace tidepool::replay::testing {
@@ -20,7 +20,7 @@ replay_result three_passes(const std::string& name, bool aliases) {
   replay_options options;
   options.passes = 3;
   options.tidepool_options.alias_free_handles = aliases;
-  const trace t = read_trace(std::string(TIDEPOOL_TRACES_DIR) + "/" + name);
+  const trace t = read_bundled_trace(name);
   return replay_trace(t, "tidepool", std::make_shared<sim_driver>(), options);
 }
 

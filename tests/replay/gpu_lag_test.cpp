@@ -7,10 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <string>
 
+#include "bundled_trace.hpp"
 #include "replay/replay_engine.hpp"
-#include "replay/trace_reader.hpp"
 #include "tidepool/sim.hpp"
 
 namespace tidepool::replay::testing {
@@ -43,7 +42,7 @@ TEST(ReplayGpuLag, QueuedWorkKeepsAFreedBlockItsStreamsUntilItCompletes) {
 }
 
 TEST(ReplayGpuLag, TidepoolHoldsTheSameOnARecordedLoopWhetherTheGpuKeepsUpOrNot) {
-  const trace t = read_trace(std::string(TIDEPOOL_TRACES_DIR) + "/gpt_vary.csv.gz");
+  const trace t = read_bundled_trace("gpt_vary.csv.gz");
   const double keeping_up = held_over_live(t, "tidepool", 0.0);
   const double behind = held_over_live(t, "tidepool", 30'000.0);
   std::printf("gpt_vary, tidepool: held / live %.4f with the GPU keeping up, %.4f 30 ms behind\n", keeping_up,

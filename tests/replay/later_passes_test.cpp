@@ -8,17 +8,16 @@
 
 #include <cstdio>
 #include <memory>
-#include <string>
 
+#include "bundled_trace.hpp"
 #include "replay/replay_engine.hpp"
-#include "replay/trace_reader.hpp"
 #include "tidepool/sim.hpp"
 
 namespace tidepool::replay::testing {
 namespace {
 
 TEST(ReplayLaterPasses, ACheckpointedLoopHoldsInItsSecondPassWhatItHeldInItsFirst) {
-  const trace t = read_trace(std::string(TIDEPOOL_TRACES_DIR) + "/gpt_ckpt_accum.csv.gz");
+  const trace t = read_bundled_trace("gpt_ckpt_accum.csv.gz");
   replay_options options;
   options.passes = 2;
   const replay_result pool = replay_trace(t, "tidepool", std::make_shared<sim_driver>(), options);

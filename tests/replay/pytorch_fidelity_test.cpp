@@ -4,8 +4,8 @@
 
 #include <string>
 
+#include "bundled_trace.hpp"
 #include "replay/replay_engine.hpp"
-#include "replay/trace_reader.hpp"
 #include "tidepool/sim.hpp"
 
 namespace tidepool::replay::testing {
@@ -14,7 +14,7 @@ namespace {
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 double peak_reserved_gib(const std::string& file, const char* allocator) {
-  const trace t = read_trace(std::string(TIDEPOOL_TRACES_DIR) + "/" + file);
+  const trace t = read_bundled_trace(file);
   return static_cast<double>(replay_trace(t, allocator, std::make_shared<sim_driver>()).peak_held_bytes) / GiB;
 }
 

@@ -5,15 +5,15 @@
 #include <algorithm>
 
 #include "baseline_fixture.hpp"
+#include "bundled_trace.hpp"
 #include "replay/loader_workload.hpp"
 #include "replay/replay_engine.hpp"
-#include "replay/trace_reader.hpp"
 
 namespace tidepool::replay::testing {
 namespace {
 
 trace loader_trace() {
-  return read_trace(std::string(TIDEPOOL_TRACES_DIR) + "/loader.csv.gz");
+  return read_bundled_trace("loader.csv.gz");
 }
 
 TEST(ReplaySampling, SamplesMissNoPeakAndEndAtTheLastRow) {
