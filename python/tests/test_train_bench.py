@@ -90,6 +90,19 @@ def test_accumulate_schedule_gives_each_micro_batch_its_own_length(name):
     assert sum(len(set(step[1::2])) for step in shapes) > 3 * len(shapes)  # lengths differ within a step
 
 
+def test_rollout_schedule_fits_prompt_and_completion_to_the_token_budget():
+    spec = catalog.WORKLOADS["hf-llama-rl"]
+    p = spec.params
+    shapes = spec.shapes(0, spec.steps)
+    assert shapes == spec.shapes(0, spec.steps) and shapes != spec.shapes(1, spec.steps)
+    for batch, prompt, completion in shapes:
+        assert prompt % p["multiple"] == 0 and p["min_prompt"] <= prompt <= p["max_prompt"]
+        assert completion % p["multiple"] == 0 and p["min_new"] <= completion <= p["max_new"]
+        assert batch == p["token_budget"] // (prompt + completion) and batch >= 2  # advantages need a spread
+        assert prompt + completion <= p["size"].max_position_embeddings
+    assert len({prompt for _, prompt, _ in shapes}) > 10 and len({c for _, _, c in shapes}) >= 4
+
+
 def test_multiscale_schedule_fits_each_step_to_the_pixel_budget():
     spec = catalog.WORKLOADS["timm-resnet-multiscale"]
     p = spec.params

@@ -110,7 +110,8 @@ class Workload:
     warmup: int  # leading steps left out of the median and p90
     modules: tuple  # Python packages it needs besides torch
     schedule: str  # "tokens": (batch, seqlen) within a token budget; "fixed"; "batch"; "generate";
-    # "multiscale"; "seq2seq": (batch, source, target); "accumulate": micro-batches of "tokens"
+    # "multiscale"; "seq2seq": (batch, source, target); "accumulate": micro-batches of "tokens";
+    # "rollout": (batch, prompt, completion), the batch fitted to a budget of prompt + completion tokens
     params: dict
 
     def shapes(self, seed, steps):
@@ -140,6 +141,13 @@ class Workload:
                                         p["multiple"])
             return [tuple(x for shape in micro[i * p["micro"]:(i + 1) * p["micro"]] for x in shape)
                     for i in range(steps)]
+        if self.schedule == "rollout":
+            shapes = []
+            for _ in range(steps):
+                prompt = rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"])
+                completion = rng.randrange(p["min_new"], p["max_new"] + 1, p["multiple"])
+                shapes.append((max(1, p["token_budget"] // (prompt + completion)), prompt, completion))
+            return shapes
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
@@ -193,13 +201,20 @@ WORKLOADS = {w.name: w for w in (
     Workload("hf-llama-ckpt-accum", "transformers Llama ~207M with its gradient checkpointing on and 4 "
              "micro-batches of 8k tokens accumulated per step, each a new sequence length", 80, 10,
              ("transformers",), "accumulate", {"size": LLAMA, **_TOKENS_16K, "token_budget": 8192, "micro": 4}),
+    Workload("hf-llama-rl", "transformers Llama ~207M in a reinforcement-learning loop: each step samples "
+             "completions with generate (new batch, prompt and completion lengths), then a policy-gradient "
+             "update on them", 40, 5, ("transformers",), "rollout",
+             {"size": LLAMA, "token_budget": 16384, "min_prompt": 64, "max_prompt": 768, "min_new": 32,
+              "max_new": 160, "multiple": 32}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),
 )}
 
 # Those whose traces record_traces.py records by default: the training loops of 80 steps or more.
-# (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads.)
+# (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads;
+# traces/hf_llama_rl.csv.gz, 40 steps, with --workloads hf-llama-rl --max-entries 12000000: its
+# generation makes 7.4M history entries, more than the default bound keeps.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum")
 

@@ -1,9 +1,9 @@
 """The workloads of the GPU training benchmark, on torch and the libraries of the GPU machine:
 a decoder-only transformer in plain torch (GPT; also with activation checkpointing and gradient
-accumulation), transformers' Llama (training and generation), Mixtral and T5 built from configs,
-and timm's ViT-B/16 and ResNet-50, all with random weights (no downloads). train_bench.py times
-them under each allocator; record_traces.py records their allocations. Sizes and shape schedules
-are in catalog.py.
+accumulation), transformers' Llama (training, generation, and both in one reinforcement-learning
+loop), Mixtral and T5 built from configs, and timm's ViT-B/16 and ResNet-50, all with random
+weights (no downloads). train_bench.py times them under each allocator; record_traces.py records
+their allocations. Sizes and shape schedules are in catalog.py.
 
 A workload is built by build(spec, shapes, seed) and runs one step per step(i); run_steps() times
 each step to a torch.cuda.synchronize(). Weights are built on the CPU from a fixed seed and then
@@ -118,7 +118,12 @@ class GPTCheckpointAccumulate(_AccumulatedTraining):
     """The GPT with every block under activation checkpointing (recomputed in the backward pass) and
     gradients accumulated over the micro-batches of a step, each of its own sequence length: the
     shape of memory in most large-model training (a few activations kept per block, recomputation
-    allocating and freeing a block's worth at a time, gradients living across micro-batches)."""
+    allocating and freeing a block's worth at a time, gradients living across micro-batches).
+
+    Its loss spells out GPT.forward rather than calling it because that is the loop recorded in
+    traces/gpt_ckpt_accum.csv.gz: the last hidden state stays alive until the loss returns. Through
+    GPT.forward it is freed before the loss, and the loop is another one (peak in use 5.14 against
+    5.62 GiB, most frees in another order: docs/RESULTS.md section 0, "A reinforcement-learning loop")."""
 
     def __init__(self, size, shapes):
         super().__init__(GPT(size), shapes)
@@ -242,6 +247,40 @@ class LlamaGeneration:
         return {"params": self.params, "generated_tokens": self.generated}
 
 
+class LlamaRolloutTraining(_Training):
+    """One process that samples and trains, as reinforcement-learning trainers of language models do
+    (GRPO; PPO without a critic): each step samples completions of random prompts with
+    model.generate (the KV cache growing a token at a time), then takes a policy-gradient step on the
+    whole sequences, the completion tokens' log-probabilities weighted by each sequence's advantage
+    (its reward, random here, normalized over the batch). Both halves run under the same bf16
+    autocast on the one fp32 model, so the memory generation leaves behind is what training reuses."""
+
+    def __init__(self, size, shapes, seed):
+        super().__init__(llama_model(size), shapes)
+        self.seed = seed
+        self.vocab = size.vocab_size
+
+    def step(self, i):
+        batch, prompt, completion = self.shapes[i]
+        torch.manual_seed(self.seed * 100003 + i)  # the same samples under every allocator
+        prompts = torch.randint(3, self.vocab, (batch, prompt), device="cuda")
+        self.model.eval()
+        with torch.no_grad(), torch.autocast("cuda", dtype=AUTOCAST):
+            sequences = self.model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
+                                            max_new_tokens=completion, min_new_tokens=completion, pad_token_id=0)
+        rewards = torch.randn(batch, device="cuda")
+        advantages = ((rewards - rewards.mean()) / (rewards.std() + 1e-6)).unsqueeze(1)
+        self.model.train()
+        with torch.autocast("cuda", dtype=AUTOCAST):
+            logits = self.model(input_ids=sequences, use_cache=False).logits[:, prompt - 1:-1]
+            taken = torch.log_softmax(logits.float(), dim=-1).gather(-1, sequences[:, prompt:, None]).squeeze(-1)
+            loss = -(taken * advantages).mean()
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss = loss.detach()
+
+
 class ViTTraining(_Training):
     def __init__(self, shapes):
         import timm
@@ -291,6 +330,8 @@ def build(spec, shapes, seed):
         return GPTCheckpointAccumulate(size, shapes)
     if spec.name == "hf-llama-ckpt-accum":
         return LlamaCheckpointAccumulate(size, shapes)
+    if spec.name == "hf-llama-rl":
+        return LlamaRolloutTraining(size, shapes, seed)
     raise ValueError(f"no workload {spec.name!r}")
 
 
