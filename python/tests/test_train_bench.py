@@ -360,6 +360,10 @@ def test_history_summary_and_conversion(tmp_path):
     assert late["dropped_frees"] == 1
     assert not record_traces.complete({**summary, **late})
     assert not record_traces.complete({**summary, "wrapped": True, **converted})
+    assert record_traces.incomplete_reason({**summary, **converted}) is None
+    wrapped = record_traces.incomplete_reason({**summary, "wrapped": True, "max_entries": 5_000_000, **converted})
+    assert "bound of 5,000,000 entries" in wrapped and "--max-entries (e.g. 10,000,000)" in wrapped
+    assert "frees without their allocation" in record_traces.incomplete_reason({**summary, **late})
     assert record_traces.trace_file_name("hf-llama-train") == "hf_llama_train.csv.gz"
 
 

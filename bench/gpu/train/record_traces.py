@@ -68,6 +68,16 @@ def complete(result):
     return "error" not in result and not result["wrapped"] and result["dropped_frees"] == 0
 
 
+def incomplete_reason(result):
+    """Why a recorded trace is not complete, and what to do about it (None if it is)."""
+    if complete(result):
+        return None
+    if result["wrapped"]:
+        return (f"the history filled its bound of {result['max_entries']:,} entries and lost the oldest; "
+                f"record again with a larger --max-entries (e.g. {2 * result['max_entries']:,})")
+    return f"{result['dropped_frees']:,} frees without their allocation in the history"
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="record_traces.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(catalog.RECORDED),
@@ -153,7 +163,8 @@ def worker(args):
 def describe(result):
     if "error" in result:
         return f"{result['workload']}: FAILED: {result['error']}"
-    state = "complete" if complete(result) else "INCOMPLETE (history wrapped or frees without allocation)"
+    reason = incomplete_reason(result)
+    state = "complete" if reason is None else f"INCOMPLETE: {reason}"
     size = os.path.getsize(result["trace"]) / 1e6 if os.path.exists(result["trace"]) else 0
     return (f"{result['workload']}: {result['trace']} ({size:.1f} MB): {result['rows']:,} rows from "
             f"{result['entries']:,} history entries (bound {result['max_entries']:,}), first "
