@@ -5,8 +5,9 @@
 # trace on the real GPU. Logs go to LOG_DIR (default: $OUT where set, else gpu-logs/). STEPS picks
 # some of the steps (default: all): gpu-tests bench-vmm bench-compare python-gpu replay-cuda.
 # More run only when STEPS names them: train-bench (bench/gpu/train/train_bench.py, the training
-# loops under PyTorch default, expandable segments and tidepool, ~9 minutes for all eight;
-# TRAIN_WORKLOADS picks some, e.g. to stay within a 10-minute call), record-traces
+# loops under PyTorch default, expandable segments and tidepool: the first eight took ~9 minutes,
+# the RL loop alone takes ~8 (three runs of 40 host-bound steps); TRAIN_WORKLOADS picks some, e.g.
+# to stay within a 10-minute call), record-traces
 # (bench/gpu/train/record_traces.py: those loops recorded as replay traces into LOG_DIR/traces),
 # record-cost (the training loops under tidepool with and without TIDEPOOL_RECORD, ~4 minutes;
 # each table ends with what the recording cost; RECORD_WORKLOADS picks some), and
