@@ -367,6 +367,14 @@ def test_history_summary_and_conversion(tmp_path):
     assert record_traces.trace_file_name("hf-llama-train") == "hf_llama_train.csv.gz"
 
 
+def test_history_bound_is_the_flag_else_the_workloads_else_the_default():
+    rl, vary = catalog.WORKLOADS["hf-llama-rl"], catalog.WORKLOADS["gpt-vary"]
+    assert record_traces.history_bound(vary) == record_traces.DEFAULT_MAX_ENTRIES
+    assert record_traces.history_bound(rl) == 12_000_000 > record_traces.DEFAULT_MAX_ENTRIES
+    assert record_traces.history_bound(rl, 100) == 100 and record_traces.history_bound(vary, 100) == 100
+    assert record_traces.parse_args(["--workloads", "hf-llama-rl"]).max_entries is None
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
                     reason="torch is installed: the workloads would run for real (on the GPU machine, "
                            "scripts/gpu.sh runs them)")

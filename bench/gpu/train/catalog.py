@@ -205,7 +205,7 @@ WORKLOADS = {w.name: w for w in (
              "completions with generate (new batch, prompt and completion lengths), then a policy-gradient "
              "update on them", 40, 5, ("transformers",), "rollout",
              {"size": LLAMA, "token_budget": 16384, "min_prompt": 64, "max_prompt": 768, "min_new": 32,
-              "max_new": 160, "multiple": 32}),
+              "max_new": 160, "multiple": 32, "history_entries": 12_000_000}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),
@@ -213,8 +213,8 @@ WORKLOADS = {w.name: w for w in (
 
 # Those whose traces record_traces.py records by default: the training loops of 80 steps or more.
 # (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads;
-# traces/hf_llama_rl.csv.gz, 40 steps, with --workloads hf-llama-rl --max-entries 12000000: its
-# generation makes 7.4M history entries, more than the default bound keeps.)
+# traces/hf_llama_rl.csv.gz, 40 steps, with --workloads hf-llama-rl: its generation makes 7.4M
+# history entries, so its params raise record_traces.py's bound, history_entries.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum")
 

@@ -35,6 +35,13 @@ import report  # noqa: E402
 DEFAULT_MAX_ENTRIES = 5_000_000  # the buffer grows as entries come: a large bound costs nothing unused
 
 
+def history_bound(spec, max_entries=None):
+    """The history buffer's bound for recording `spec`: --max-entries where given, else the
+    workload's own (`history_entries` in its params, for loops that make more entries), else
+    DEFAULT_MAX_ENTRIES."""
+    return max_entries if max_entries is not None else spec.params.get("history_entries", DEFAULT_MAX_ENTRIES)
+
+
 def trace_file_name(workload):
     return workload.replace("-", "_") + ".csv.gz"
 
@@ -84,8 +91,8 @@ def parse_args(argv=None):
                         help="comma-separated (default: " + ",".join(catalog.RECORDED) + ")")
     parser.add_argument("--steps", type=int, help="steps per workload (default: the workload's, 80)")
     parser.add_argument("--seed", type=int, default=0, help="seed of shapes, weights and data (default 0)")
-    parser.add_argument("--max-entries", type=int, default=DEFAULT_MAX_ENTRIES,
-                        help=f"history buffer bound (default {DEFAULT_MAX_ENTRIES:,})")
+    parser.add_argument("--max-entries", type=int,
+                        help=f"history buffer bound (default: the workload's, else {DEFAULT_MAX_ENTRIES:,})")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per workload before it is killed")
     parser.add_argument("--out", help="where the traces go (default: $OUT, else $LOG_DIR/traces, else "
                         "gpu-logs/traces in the repository)")
@@ -97,7 +104,8 @@ def parse_args(argv=None):
         args.workloads = catalog.parse_names(args.workloads, catalog.WORKLOADS, "workload")
     except ValueError as e:
         parser.error(str(e))
-    if args.steps is not None and args.steps < 1 or args.max_entries < 1 or args.timeout <= 0:
+    if args.steps is not None and args.steps < 1 or args.max_entries is not None and args.max_entries < 1 \
+            or args.timeout <= 0:
         parser.error("--steps, --max-entries and --timeout must be positive")
     if args.worker and (len(args.workloads) != 1 or not args.pickle):
         parser.error("--worker records one workload into --pickle")
@@ -148,7 +156,7 @@ def worker(args):
     result = {"workload": spec.name, "trace": out_path}
     try:
         steps = args.steps if args.steps is not None else spec.steps
-        result.update(record(spec, steps, args.seed, args.max_entries, args.pickle, out_path))
+        result.update(record(spec, steps, args.seed, history_bound(spec, args.max_entries), args.pickle, out_path))
     except Exception as e:
         traceback.print_exc()
         result["error"] = f"{type(e).__name__}: {e}"[:2000]
@@ -183,7 +191,8 @@ def launch(args):
             pickle_path = os.path.join(scratch, name + ".pickle")
             log_path = os.path.join(out, name.replace("-", "_") + ".record.log")
             command = [sys.executable, os.path.abspath(__file__), "--worker", "--workloads", name,
-                       "--seed", str(args.seed), "--max-entries", str(args.max_entries), "--out", out,
+                       "--seed", str(args.seed), "--max-entries",
+                       str(history_bound(catalog.WORKLOADS[name], args.max_entries)), "--out", out,
                        "--pickle", pickle_path]
             if args.steps is not None:
                 command += ["--steps", str(args.steps)]
