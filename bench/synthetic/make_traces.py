@@ -14,11 +14,18 @@ section 0, "Workloads it was not tuned on"):
           block's work is freed at once, the loss makes bf16 and float32 logits and their
           gradient, and the backward pass recomputes one block at a time. Width, depth,
           vocabulary, token budget and micro-batches per step drawn from the seed.
+  rl      a reinforcement-learning loop of a language model, sampling and training in one process:
+          each step generates completions (autocast's bf16 weight copies, a KV cache per layer
+          concatenated into a larger one at every token, the token's work and its logits), frees
+          them, then takes a gradient step on the whole sequences (activations kept per layer,
+          bf16 and float32 logits of the completion, gradients made in the backward pass and freed
+          by zero_grad; AdamW's state from the first step). Width, grouped-query width, depth,
+          vocabulary and token budget drawn from the seed; prompt and completion lengths each step.
 
     python3 bench/synthetic/make_traces.py OUT_DIR [SEED]
 
-writes OUT_DIR/moe.csv.gz, server.csv.gz, mixed.csv.gz and ckpt.csv.gz; the same seed gives the
-same traces.
+writes OUT_DIR/moe.csv.gz, server.csv.gz, mixed.csv.gz, ckpt.csv.gz and rl.csv.gz; the same seed
+gives the same traces.
 Replay them with `build/tools/tidepool replay OUT_DIR/*.csv.gz --passes 3`.
 """
 
@@ -180,12 +187,93 @@ def ckpt(seed, steps=24):
     return trace
 
 
+def rl(seed, steps=20):
+    r = random.Random(seed)
+    d = r.choice([768, 1024, 1536])
+    kv = d // r.choice([1, 2, 4])  # grouped-query attention: keys and values narrower than d
+    f = (int(2.75 * d) + 255) // 256 * 256  # the gated MLP's width
+    layers = r.choice([8, 12, 16])
+    vocab = r.choice([32000, 50304])
+    budget = r.choice([8192, 16384])
+    trace = Trace()
+    shapes = [d * d, d * kv, d * kv, d * d, d * f, d * f, f * d]  # q, k, v, o, gate, up, down (fp32)
+    weights = [trace.alloc(vocab * d * 4), trace.alloc(vocab * d * 4)]  # embedding, untied head
+    weights += [trace.alloc(n * 4) for _ in range(layers) for n in shapes]
+    optimizer_state = []
+    for _ in range(steps):
+        prompt = r.randrange(64, 768 + 1, 32)
+        new = r.randrange(32, 160 + 1, 32)
+        batch = budget // (prompt + new)
+        # Sampling, no gradients: autocast's bf16 copies of the weights live through generate.
+        casts = [trace.alloc(trace.live[w] // 2) for w in weights]
+        caches = [[trace.alloc(batch * prompt * kv * 2), trace.alloc(batch * prompt * kv * 2)] for _ in range(layers)]
+        for pointer in (trace.alloc(batch * prompt * d * 2), trace.alloc(batch * prompt * f * 2)):
+            trace.free(pointer)  # the prefill's work
+        sequence = trace.alloc(batch * prompt * 8)
+        for length in range(prompt, prompt + new):
+            for cache in caches:  # each token: the keys and values concatenated into larger tensors
+                for i in range(2):
+                    larger = trace.alloc(batch * (length + 1) * kv * 2)
+                    trace.free(cache[i])
+                    cache[i] = larger
+                for pointer in (trace.alloc(batch * d * 2), trace.alloc(batch * f * 2)):
+                    trace.free(pointer)
+            logits = trace.alloc(batch * vocab * 4)
+            probabilities = trace.alloc(batch * vocab * 4)
+            trace.free(logits)
+            trace.free(probabilities)
+            longer = trace.alloc(batch * (length + 1) * 8)
+            trace.free(sequence)
+            sequence = longer
+        for cache in caches:
+            for pointer in cache:
+                trace.free(pointer)
+        for pointer in casts:
+            trace.free(pointer)
+        # The policy-gradient step on the whole sequences: casts again, kept for the backward pass.
+        tokens = batch * (prompt + new)
+        casts = [trace.alloc(trace.live[w] // 2) for w in weights]
+        kept = [trace.alloc(tokens * d * 4)]
+        for _ in range(layers):
+            kept += [trace.alloc(tokens * n * 2) for n in (d, d, kv, kv, d, f, f, f)]
+            kept.append(trace.alloc(tokens * d * 4))  # the residual stream
+        logits = trace.alloc(tokens * vocab * 2)
+        taken = trace.alloc(batch * new * vocab * 4)  # the completion's logits in float32, log-softmaxed
+        trace.free(logits)
+        grad_taken = trace.alloc(batch * new * vocab * 4)
+        trace.free(taken)
+        grad_logits = trace.alloc(tokens * vocab * 2)
+        trace.free(grad_taken)
+        gradients = [trace.alloc(trace.live[w]) for w in weights[:2]]
+        grad_x = trace.alloc(tokens * d * 4)
+        trace.free(grad_logits)
+        for layer in range(layers):
+            for n in reversed(shapes):
+                gradients.append(trace.alloc(n * 4))
+                trace.free(trace.alloc(n * 2))  # the bf16 weight gradient, accumulated into fp32
+            for _ in range(9):
+                trace.free(kept.pop())
+            grad_in = trace.alloc(tokens * d * 4)
+            trace.free(grad_x)
+            grad_x = grad_in
+        trace.free(grad_x)
+        trace.free(kept.pop())
+        for pointer in casts:
+            trace.free(pointer)
+        trace.free(sequence)
+        if not optimizer_state:  # AdamW's two moments, made at the first step
+            optimizer_state = [trace.alloc(trace.live[w]) for w in weights for _ in range(2)]
+        for pointer in gradients:  # zero_grad(set_to_none=True)
+            trace.free(pointer)
+    return trace
+
+
 def main(argv):
     if len(argv) not in (2, 3):
         sys.exit("usage: make_traces.py OUT_DIR [SEED]")
     out, seed = argv[1], int(argv[2]) if len(argv) == 3 else 1
     os.makedirs(out, exist_ok=True)
-    for name, make in (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt)):
+    for name, make in (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl)):
         path = os.path.join(out, f"{name}.csv.gz")
         make(seed).write(path)
         print(path)
