@@ -135,6 +135,16 @@ def mixed(seed, operations=60000):
     return trace
 
 
+def optimizer_step(trace, weights, optimizer_state, gradients):
+    """AdamW's step: its two moments per weight made at the first step (returned, to keep), then
+    zero_grad(set_to_none=True) frees the step's gradients."""
+    if not optimizer_state:
+        optimizer_state = [trace.alloc(trace.live[w]) for w in weights for _ in range(2)]
+    for pointer in gradients:
+        trace.free(pointer)
+    return optimizer_state
+
+
 def ckpt(seed, steps=24):
     r = random.Random(seed)
     d = r.choice([768, 1024, 1536])
@@ -180,10 +190,7 @@ def ckpt(seed, steps=24):
                 grad_x = grad_in
             trace.free(grad_x)
             trace.free(kept.pop())
-        if not optimizer_state:  # AdamW's two moments, made at the first step
-            optimizer_state = [trace.alloc(trace.live[w]) for w in weights for _ in range(2)]
-        for pointer in gradients:  # zero_grad(set_to_none=True)
-            trace.free(pointer)
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
     return trace
 
 
@@ -233,9 +240,10 @@ def rl(seed, steps=20):
         # The policy-gradient step on the whole sequences: casts again, kept for the backward pass.
         tokens = batch * (prompt + new)
         casts = [trace.alloc(trace.live[w] // 2) for w in weights]
+        saved_widths = (d, d, kv, kv, d, f, f, f)  # what autograd keeps of a layer, in bf16
         kept = [trace.alloc(tokens * d * 4)]
         for _ in range(layers):
-            kept += [trace.alloc(tokens * n * 2) for n in (d, d, kv, kv, d, f, f, f)]
+            kept += [trace.alloc(tokens * n * 2) for n in saved_widths]
             kept.append(trace.alloc(tokens * d * 4))  # the residual stream
         logits = trace.alloc(tokens * vocab * 2)
         taken = trace.alloc(batch * new * vocab * 4)  # the completion's logits in float32, log-softmaxed
@@ -247,11 +255,11 @@ def rl(seed, steps=20):
         gradients = [trace.alloc(trace.live[w]) for w in weights[:2]]
         grad_x = trace.alloc(tokens * d * 4)
         trace.free(grad_logits)
-        for layer in range(layers):
+        for _ in range(layers):
             for n in reversed(shapes):
                 gradients.append(trace.alloc(n * 4))
                 trace.free(trace.alloc(n * 2))  # the bf16 weight gradient, accumulated into fp32
-            for _ in range(9):
+            for _ in range(len(saved_widths) + 1):  # the layer's saved tensors and its residual
                 trace.free(kept.pop())
             grad_in = trace.alloc(tokens * d * 4)
             trace.free(grad_x)
@@ -261,10 +269,7 @@ def rl(seed, steps=20):
         for pointer in casts:
             trace.free(pointer)
         trace.free(sequence)
-        if not optimizer_state:  # AdamW's two moments, made at the first step
-            optimizer_state = [trace.alloc(trace.live[w]) for w in weights for _ in range(2)]
-        for pointer in gradients:  # zero_grad(set_to_none=True)
-            trace.free(pointer)
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
     return trace
 
 
