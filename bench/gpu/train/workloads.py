@@ -122,8 +122,8 @@ class GPTCheckpointAccumulate(_AccumulatedTraining):
 
     Its loss spells out GPT.forward rather than calling it because that is the loop recorded in
     traces/gpt_ckpt_accum.csv.gz: the last hidden state stays alive until the loss returns. Through
-    GPT.forward it is freed before the loss, and the loop is another one (peak in use 5.14 against
-    5.62 GiB, most frees in another order: docs/RESULTS.md section 0, "A reinforcement-learning loop")."""
+    GPT.forward it is freed before the loss, and the loop is another one, with a lower peak and most
+    frees in another order (docs/RESULTS.md section 0, "A reinforcement-learning loop")."""
 
     def __init__(self, size, shapes):
         super().__init__(GPT(size), shapes)
