@@ -148,9 +148,9 @@ class arena {
   [[nodiscard]] bool aliasing() const noexcept { return settings_.aliases && !aliasing_stopped_; }
   /// After a growth that made `new_bytes` of new handles and left `held` bytes held: counts what
   /// passed `alias_budget` after a refused miss, and stops aliasing for good once that passes
-  /// `slack` x `peak_in_use` (aliases.cpp says why).
-  void note_alias_growth(std::size_t held, double alias_budget, std::size_t new_bytes, std::size_t peak_in_use,
-                         double slack) noexcept;
+  /// alias_stop_fraction x `peak_in_use` (aliases.cpp says why).
+  void note_alias_growth(std::size_t held, double alias_budget, std::size_t new_bytes,
+                         std::size_t peak_in_use) noexcept;
 
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
@@ -325,6 +325,9 @@ class arena {
   static constexpr unsigned max_room_scan = 64;
   static constexpr unsigned max_frontier_skips = 4;
   static constexpr unsigned max_refused_skips = 1024;
+  // What growth after refused misses may make, as a fraction of peak in use, before aliasing stops
+  // in the arena (note_alias_growth; aliases.cpp says why this much).
+  static constexpr double alias_stop_fraction = 0.6;
   // take_placed() extends a smaller free block when the best fit wastes more than 1/16 of the
   // request and the extension maps at most that much (placement.cpp).
   static constexpr std::size_t extension_divisor = 16;

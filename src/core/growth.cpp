@@ -233,7 +233,7 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   }
   where.close_window(w, tick_);
   if (aliasing) {
-    where.note_alias_growth(pages_.held_bytes(), alias_budget(size), new_bytes, peak_in_use_, options_.alias_slack);
+    where.note_alias_growth(pages_.held_bytes(), alias_budget(size), new_bytes, peak_in_use_);
   }
   if (failure != driver_status::success) throw_driver_failure(failed_call, device_, failure);
   return result;

@@ -87,9 +87,8 @@ TEST(PoolAliases, SleepIsRefusedWhileALiveBlockIsOnAnAliasedHandleAndWorksOnceNo
 }
 
 // Random loops of large blocks (1-256 MiB) on three streams with work queued before frees; every
-// invariant checked after every step. The alias budget at 0 (growth aliases whenever it can, and
-// stops at the first growth a refusal causes) or at the growth budget (aliasing past 1.5x peak in
-// use, and stopping only once refusals cost half of it: it goes on for the whole loop).
+// invariant checked after every step. The alias budget at 0 (growth aliases whenever it can) or at
+// the growth budget (aliasing only past 1.5x peak in use).
 class PoolAliasesRandom : public ::testing::TestWithParam<std::tuple<unsigned, double>> {};
 
 TEST_P(PoolAliasesRandom, NoTwoLiveBlocksShareMemory) {
