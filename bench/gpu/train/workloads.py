@@ -114,32 +114,45 @@ class _AccumulatedTraining(_Training):
         self.optimizer.zero_grad(set_to_none=True)
 
 
-class GPTCheckpointAccumulate(_AccumulatedTraining):
+class GPTCheckpointAccumulate(_Training):
     """The GPT with every block under activation checkpointing (recomputed in the backward pass) and
     gradients accumulated over the micro-batches of a step, each of its own sequence length: the
     shape of memory in most large-model training (a few activations kept per block, recomputation
     allocating and freeing a block's worth at a time, gradients living across micro-batches).
 
-    Its loss spells out GPT.forward rather than calling it because that is the loop recorded in
-    traces/gpt_ckpt_accum.csv.gz: the last hidden state stays alive until the loss returns. Through
-    GPT.forward it is freed before the loss, and the loop is another one, with a lower peak and most
-    frees in another order (docs/RESULTS.md section 0, "A reinforcement-learning loop")."""
+    Its step is the loop recorded in traces/gpt_ckpt_accum.csv.gz, locals and all: `tokens` and
+    `logits` keep each micro-batch's tokens and logits alive until the next micro-batch replaces
+    them (its logits after its forward pass), and the last ones until the optimizer has stepped.
+    Written as _AccumulatedTraining's step (logits freed with the loss function's frame, before the
+    backward pass) it is another loop, with a peak 0.48 GiB lower and most frees in another order
+    (docs/RESULTS.md section 0, "The aliases' stop")."""
 
     def __init__(self, size, shapes):
         super().__init__(GPT(size), shapes)
         self.vocab = size.vocab
 
-    def loss_of(self, batch, length):
+    def _forward(self, tokens):
         from torch.utils.checkpoint import checkpoint
 
         model = self.model
-        tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
-        positions = torch.arange(length, device="cuda")
-        x = model.tokens(tokens[:, :-1]) + model.positions(positions)
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = model.tokens(tokens) + model.positions(positions)
         for block in model.blocks:
             x = checkpoint(block, x, use_reentrant=False)
-        logits = F.linear(model.ln_f(x), model.tokens.weight)
-        return F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
+        return F.linear(model.ln_f(x), model.tokens.weight)
+
+    def step(self, i):
+        micro = self.shapes[i]
+        count = len(micro) // 2
+        for batch, length in zip(micro[0::2], micro[1::2]):
+            tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
+            with torch.autocast("cuda", dtype=AUTOCAST):
+                logits = self._forward(tokens[:, :-1])
+                loss = F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1)) / count
+            loss.backward()
+            self.loss = loss.detach()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
 
 
 def t5_model(size):
