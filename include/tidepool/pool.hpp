@@ -92,10 +92,13 @@ struct pool_options {
   /// map and set-access per handle, no unmap, no new memory) before making new ones: a handle may
   /// then be mapped at several addresses, of which one at a time holds live blocks. Mappings stay,
   /// so a loop that has seen its shapes stops calling the driver. Aliasing stops by itself in a
-  /// pool where the blocks it keeps out of reuse cost more memory than it saves. Experimental and
-  /// off by default: it holds the recorded training loops at 1.01-1.02x their peak in use, but
-  /// serving and loader shapes above expandable segments (docs/RESULTS.md, section 0, "Aliases
-  /// with a budget of their own"). sleep() refuses while a live block lies on a handle mapped twice.
+  /// pool where the blocks it keeps out of reuse cause growth of 0.6x peak in use (loader and
+  /// random shapes). Experimental and off by default: it holds the recorded LLM training loops at
+  /// 1.01-1.02x their peak in use and the checkpointed ones below expandable segments, but the
+  /// loader, random mixes and a generation loop above them, and loops whose aliases keep meeting
+  /// refusals make driver calls in later steps (docs/RESULTS.md, section 0, "Aliases with a budget
+  /// of their own", "The aliases' stop"). sleep() refuses while a live block lies on a handle
+  /// mapped twice.
   bool alias_free_handles = false;
   /// With alias_free_handles: new handles while held + need stays within (1 + alias_slack) *
   /// max(peak in use, in use + need); past it idle handles are mapped again first. Must be >= 0;
