@@ -43,5 +43,7 @@ void pool::start_recording(std::size_t notify_at, recording_full_fn on_full, voi
 }
 void pool::take_recorded(std::vector<recorded_event>& out) { impl_->take_recorded(out); }
 void pool::stop_recording(std::vector<recorded_event>& out) { impl_->stop_recording(out); }
+void pool::lock_for_fork() noexcept { impl_->lock_for_fork(); }
+void pool::unlock_after_fork() noexcept { impl_->unlock_after_fork(); }
 
 }  // namespace tidepool

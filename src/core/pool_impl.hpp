@@ -173,6 +173,9 @@ class pool_impl {
   void start_recording(std::size_t notify_at, recording_full_fn on_full, void* context);
   void take_recorded(std::vector<recorded_event>& out);
   void stop_recording(std::vector<recorded_event>& out);
+  /// fork(): the pool's lock held across it, so neither process's copy is caught mid-operation.
+  void lock_for_fork() noexcept { lock_.lock(); }
+  void unlock_after_fork() noexcept { lock_.unlock(); }
   /// Whether an operation filled the buffer: the public pool then calls call_on_full() once the
   /// pool's lock is dropped. A relaxed load, so the fast path pays one read for it.
   [[nodiscard]] bool recording_full() const noexcept { return recording_full_.load(std::memory_order_relaxed); }

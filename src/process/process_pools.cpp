@@ -1,5 +1,7 @@
 // One pool per device, made on first use: device_pool(), existing_pools(), the default options,
 // and the lock-free lookups the C API's fast path uses.
+#include <pthread.h>
+
 #include <string>
 #include <utility>
 
@@ -21,9 +23,36 @@ pool_table::pool_table(std::shared_ptr<driver> drv_in, int count)
       slots(std::make_unique<std::atomic<pool*>[]>(static_cast<std::size_t>(count))),
       owned(static_cast<std::size_t>(count)) {}
 
+namespace {
+
+// fork(): every device's pool is locked across it, so a child (a data-loader worker) never
+// inherits a pool another thread was in the middle of changing, with its lock held for ever.
+// Registered when the process state is first made, before the recorder's handlers (which lock the
+// recorder's mutexes first: its writer takes a pool's lock under them); no allocation in here.
+template <typename Each>
+void each_pool(Each each) noexcept {
+  auto* table = process().table.load(std::memory_order_acquire);
+  if (table == nullptr) return;
+  for (int d = 0; d < table->device_count; ++d) {
+    if (pool* p = table->slots[d].load(std::memory_order_acquire)) each(*p);
+  }
+}
+
+void register_fork_handlers() {
+  (void)::pthread_atfork([] { each_pool([](pool& p) { p.lock_for_fork(); }); },
+                         [] { each_pool([](pool& p) { p.unlock_after_fork(); }); },
+                         [] { each_pool([](pool& p) { p.unlock_after_fork(); }); });
+}
+
+}  // namespace
+
 process_state& process() {
   // Leaked on purpose: frees from a framework may arrive during static destruction.
-  static auto* const state = new process_state();
+  static auto* const state = [] {
+    auto* made = new process_state();
+    register_fork_handlers();
+    return made;
+  }();
   return *state;
 }
 

@@ -104,8 +104,10 @@ void recorder::stop(const std::vector<pool*>& pools) {
     std::lock_guard wake_lock(wake_mutex_);
     stopping_ = true;
   }
-  wake_.notify_all();
+  // Only a process with a writer of its own wakes it: a forked child's copy of the condition
+  // variable still counts the parent's writer as waiting, and must not be touched (fork_child).
   if (writer_) {
+    wake_.notify_all();
     writer_->join();
     writer_.reset();
   }
