@@ -283,8 +283,9 @@ class TIDEPOOL_API pool {
   void stop_recording(std::vector<recorded_event>& out);
 
   /// Takes the pool's lock, for a fork() handler (tidepool's own, registered when the process's
-  /// pools are first used, calls it for every device's pool): a thread that held the lock at fork() would leave the
-  /// child's copy locked for ever. Every other call on this pool waits until unlock_after_fork().
+  /// pools are first used, calls it for every device's pool): a thread that held the lock at
+  /// fork() would leave the child's copy locked for ever. Every other call on this pool waits
+  /// until unlock_after_fork().
   void lock_for_fork() noexcept;
   /// Drops the lock lock_for_fork() took (in the parent and in the child after fork()).
   void unlock_after_fork() noexcept;

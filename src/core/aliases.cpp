@@ -21,12 +21,12 @@
 // passed over only because an alias refused it) passes alias_stop_fraction (0.6) x peak in use.
 // The stop is late on purpose: it leaves the aliases already mapped, and live blocks on them go
 // on refusing the free memory around them, so a pool that stops in the middle of a loop grows by
-// whole requests afterwards and holds more than if it had never aliased (a checkpointed loop went
-// from 1.03 to 1.47 after a stop at 2% of its peak). Where refusals are most of the growth (the
-// loader, random mixes: 85-100% of peak in use within one pass) stopping still pays; checkpointed,
-// serving and generation loops stay below 55% and keep aliasing. The model this follows, and what
-// each stop holds, are in docs/RESULTS.md, section 0 ("One handle at several addresses", "Aliases
-// with a budget of their own", "The aliases' stop").
+// whole requests afterwards and holds more than if it had never aliased (checkpointed loops did).
+// Where refusals cause most of the growth (the loader, random mixes: nearly their whole peak in
+// use within one pass) stopping still pays; checkpointed, serving and generation loops stay well
+// below the threshold and keep aliasing. The model this follows, and what each threshold holds,
+// are in docs/RESULTS.md, section 0 ("One handle at several addresses", "Aliases with a budget of
+// their own", "The aliases' stop").
 #include <algorithm>
 #include <vector>
 
