@@ -282,12 +282,13 @@ class TIDEPOOL_API pool {
   /// Stops recording; appends what was still buffered to `out`.
   void stop_recording(std::vector<recorded_event>& out);
 
-  /// Takes the pool's lock, for a fork() handler (tidepool's own, registered when the process's
-  /// pools are first used, calls it for every device's pool): a thread that held the lock at
-  /// fork() would leave the child's copy locked for ever. Every other call on this pool waits
-  /// until unlock_after_fork().
+  /// Takes the pool's lock and its thread caches' locks, for a fork() handler (tidepool's own,
+  /// registered when the process's pools are first used, calls it for every device's pool and
+  /// every tag's pool; a program that makes pools of its own and forks calls it for those): a
+  /// thread that held one of them at fork() would leave the child's copy locked for ever. Every
+  /// other call on this pool waits until unlock_after_fork().
   void lock_for_fork() noexcept;
-  /// Drops the lock lock_for_fork() took (in the parent and in the child after fork()).
+  /// Drops the locks lock_for_fork() took (in the parent and in the child after fork()).
   void unlock_after_fork() noexcept;
 
  private:

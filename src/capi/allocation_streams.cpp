@@ -3,6 +3,8 @@
 // the free path then takes no lock.
 #include "capi/allocation_streams.hpp"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstddef>
 #include <mutex>
@@ -18,8 +20,13 @@ struct stream_map {
 };
 
 stream_map& map() {
-  // Leaked on purpose, like the pools: CuPy may free during static destruction.
-  static auto* const instance = new stream_map();
+  // Leaked on purpose, like the pools: CuPy may free during static destruction. Its mutex is held
+  // across fork(), so a child never inherits it locked by a thread that was freeing at the time.
+  static auto* const instance = [] {
+    auto* made = new stream_map();
+    (void)::pthread_atfork([] { map().mutex.lock(); }, [] { map().mutex.unlock(); }, [] { map().mutex.unlock(); });
+    return made;
+  }();
   return *instance;
 }
 

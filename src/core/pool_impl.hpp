@@ -173,9 +173,17 @@ class pool_impl {
   void start_recording(std::size_t notify_at, recording_full_fn on_full, void* context);
   void take_recorded(std::vector<recorded_event>& out);
   void stop_recording(std::vector<recorded_event>& out);
-  /// fork(): the pool's lock held across it, so neither process's copy is caught mid-operation.
-  void lock_for_fork() noexcept { lock_.lock(); }
-  void unlock_after_fork() noexcept { lock_.unlock(); }
+  /// fork(): the pool's lock and every thread cache's held across it (pool, then caches, the order
+  /// the pool takes them in), so neither process's copy is caught mid-operation: a thread in its
+  /// cache's fast path at fork() would leave the child a cache whose lock no thread can drop.
+  void lock_for_fork() noexcept {
+    lock_.lock();
+    for (const auto& c : caches_) c->lock().lock();
+  }
+  void unlock_after_fork() noexcept {
+    for (const auto& c : caches_) c->lock().unlock();
+    lock_.unlock();
+  }
   /// Whether an operation filled the buffer: the public pool then calls call_on_full() once the
   /// pool's lock is dropped. A relaxed load, so the fast path pays one read for it.
   [[nodiscard]] bool recording_full() const noexcept { return recording_full_.load(std::memory_order_relaxed); }

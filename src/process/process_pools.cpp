@@ -25,10 +25,11 @@ pool_table::pool_table(std::shared_ptr<driver> drv_in, int count)
 
 namespace {
 
-// fork(): every device's pool is locked across it, so a child (a data-loader worker) never
-// inherits a pool another thread was in the middle of changing, with its lock held for ever.
-// Registered when the process state is first made, before the recorder's handlers (which lock the
-// recorder's mutexes first: its writer takes a pool's lock under them); no allocation in here.
+// fork(): every device's pool and every tag's pool is locked across it, so a child (a data-loader
+// worker) never inherits a pool another thread was in the middle of changing, with its lock held
+// for ever. Registered when the process state is first made, before the recorder's handlers (which
+// lock the recorder's mutexes first: its writer takes a pool's lock under them); no allocation in
+// here. No thread holds two pools' locks at once, so the order among pools does not matter.
 template <typename Each>
 void each_pool(Each each) noexcept {
   auto* table = process().table.load(std::memory_order_acquire);
@@ -39,9 +40,19 @@ void each_pool(Each each) noexcept {
 }
 
 void register_fork_handlers() {
-  (void)::pthread_atfork([] { each_pool([](pool& p) { p.lock_for_fork(); }); },
-                         [] { each_pool([](pool& p) { p.unlock_after_fork(); }); },
-                         [] { each_pool([](pool& p) { p.unlock_after_fork(); }); });
+  (void)::pthread_atfork(
+      [] {
+        each_pool([](pool& p) { p.lock_for_fork(); });
+        lock_tags_for_fork();
+      },
+      [] {
+        unlock_tags_after_fork();
+        each_pool([](pool& p) { p.unlock_after_fork(); });
+      },
+      [] {
+        unlock_tags_after_fork();
+        each_pool([](pool& p) { p.unlock_after_fork(); });
+      });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -14,6 +15,7 @@
 
 #include "process/process_fixture.hpp"
 #include "tidepool/pool.hpp"
+#include "tidepool/process.hpp"
 
 namespace tidepool::testing {
 namespace {
@@ -34,18 +36,20 @@ int wait_or_kill(pid_t child, std::chrono::seconds limit) {
   return -1;
 }
 
-TEST_F(fork_test, AChildForkedWhileAnotherThreadAllocatesCanUseThePool) {
-  use_small_sim();
-  pool& shared = device_pool(0);
+// Forks 100 children while another thread runs `busy` in a loop; each child runs `in_child` and
+// exits. A child that does not finish in 10 s is killed and counted: it found a lock held by a
+// thread it does not have.
+template <typename Busy, typename InChild>
+void expect_children_finish_beside(Busy busy, InChild in_child) {
   std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> pairs{0};
-  std::thread busy([&] {
+  std::atomic<std::uint64_t> rounds{0};
+  std::thread other([&] {
     while (!stop.load(std::memory_order_relaxed)) {
-      shared.deallocate(shared.allocate(4096));
-      pairs.fetch_add(1, std::memory_order_relaxed);
+      busy();
+      rounds.fetch_add(1, std::memory_order_relaxed);
     }
   });
-  while (pairs.load() < 1000) std::this_thread::yield();
+  while (rounds.load() < 1000) std::this_thread::yield();
   int hung = 0;
   for (int i = 0; i < 100 && hung == 0; ++i) {
     const pid_t child = ::fork();
@@ -54,7 +58,7 @@ TEST_F(fork_test, AChildForkedWhileAnotherThreadAllocatesCanUseThePool) {
       break;  // the other thread is still to be joined
     }
     if (child == 0) {
-      for (int k = 0; k < 10; ++k) device_pool(0).deallocate(device_pool(0).allocate(8192));
+      in_child();
       std::_Exit(0);  // no atexit handlers: only the pool is under test
     }
     const int status = wait_or_kill(child, std::chrono::seconds(10));
@@ -65,10 +69,51 @@ TEST_F(fork_test, AChildForkedWhileAnotherThreadAllocatesCanUseThePool) {
     }
   }
   stop.store(true);
-  busy.join();
-  std::printf("the other thread made %llu allocate + free pairs beside the forks\n",
-              static_cast<unsigned long long>(pairs.load()));
-  EXPECT_EQ(hung, 0) << "a child's pool stayed locked by a thread it does not have";
+  other.join();
+  std::printf("the other thread made %llu rounds beside the forks\n", static_cast<unsigned long long>(rounds.load()));
+  EXPECT_EQ(hung, 0) << "a child found a lock held by a thread it does not have";
+}
+
+TEST_F(fork_test, AChildForkedWhileAnotherThreadAllocatesCanUseThePool) {
+  use_small_sim();
+  pool& shared = device_pool(0);
+  expect_children_finish_beside([&] { shared.deallocate(shared.allocate(4096)); },
+                                [] {
+                                  for (int k = 0; k < 10; ++k) device_pool(0).deallocate(device_pool(0).allocate(8192));
+                                });
+}
+
+// The other thread allocates through its thread cache, holding only the cache's lock; the child
+// then hands the pool's cache back, which takes every cache's lock.
+TEST_F(fork_test, AChildForkedWhileAnotherThreadUsesItsThreadCacheCanReleaseThePool) {
+  use_small_sim();
+  pool_options options;
+  options.thread_caches = thread_cache_policy::always;
+  set_default_pool_options(options);
+  pool& shared = device_pool(0);
+  std::size_t caches_seen = 0;
+  expect_children_finish_beside(
+      [&, round = std::uint32_t{0}]() mutable {
+        shared.deallocate(shared.allocate(4096));
+        if (++round % 4096 == 0) caches_seen = std::max(caches_seen, shared.stats().thread_caches);
+      },
+      [] {
+        device_pool(0).deallocate(device_pool(0).allocate(8192));
+        (void)device_pool(0).stats();
+        (void)device_pool(0).release();
+      });
+  EXPECT_EQ(caches_seen, 1u);  // the other thread's, in use while the children were forked
+}
+
+// A tag's pool (tidepool::tag_pool) is locked across fork() as the devices' pools are.
+TEST_F(fork_test, AChildForkedWhileAnotherThreadAllocatesFromATagsPoolCanUseIt) {
+  use_small_sim();
+  pool& tagged = tag_pool("fork-test", 0);
+  expect_children_finish_beside([&] { tagged.deallocate(tagged.allocate(4096)); },
+                                [] {
+                                  pool& p = tag_pool("fork-test", 0);
+                                  for (int k = 0; k < 10; ++k) p.deallocate(p.allocate(8192));
+                                });
 }
 
 }  // namespace
