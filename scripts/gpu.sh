@@ -22,7 +22,9 @@
 # Python threads on one and two GPUs; the two-GPU rows of both skipped, and said so, on a machine
 # of one) and
 # sleep-wake (bench/gpu/sleep_wake.py: sleep and wake of SLEEP_WAKE_GIB GiB of tensors, default
-# "1 8 32", beside doing it by hand with plain PyTorch; issue 13).
+# "1 8 32", beside doing it by hand with plain PyTorch; issue 13) and
+# torch-call-cost (~30 s: bench/gpu/torch_call_cost.py, the host time of a PyTorch allocate + free
+# pair under PyTorch default, expandable segments and tidepool, each in its own process).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -70,4 +72,7 @@ step thread-scaling bash -c "'$build/bench/thread_scaling_bench' --benchmark_rep
 step record-traces env PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/train/record_traces.py" --out "$logs/traces"
 step sleep-wake env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
   python3 "$root/bench/gpu/sleep_wake.py" --sizes ${SLEEP_WAKE_GIB:-1 8 32} --json "$logs/sleep-wake.json"
+step torch-call-cost bash -c "for a in default expandable tidepool; do \
+  TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/torch_call_cost.py' \$a \
+  || exit 1; done"
 exit $status
