@@ -282,11 +282,11 @@ class TIDEPOOL_API pool {
   /// Stops recording; appends what was still buffered to `out`.
   void stop_recording(std::vector<recorded_event>& out);
 
-  /// Takes the pool's lock and its thread caches' locks, for a fork() handler (tidepool's own,
-  /// registered when the process's pools are first used, calls it for every device's pool and
-  /// every tag's pool; a program that makes pools of its own and forks calls it for those): a
-  /// thread that held one of them at fork() would leave the child's copy locked for ever. Every
-  /// other call on this pool waits until unlock_after_fork().
+  /// Takes the pool's lock and its thread caches' locks, for a fork() handler: a thread that held
+  /// one of them at fork() would leave the child's copy locked for ever. tidepool's own handlers,
+  /// registered when the first pool is made, call it for every pool of the process (the devices',
+  /// the tags' and those a program makes itself), so a program need not. Every other call on this
+  /// pool waits until unlock_after_fork().
   void lock_for_fork() noexcept;
   /// Drops the locks lock_for_fork() took (in the parent and in the child after fork()).
   void unlock_after_fork() noexcept;

@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "core/fork_safety.hpp"
+
 namespace tidepool::detail {
 
 namespace {
@@ -74,6 +76,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
   automatic_release_ = policy.immediate || policy.max_cached_bytes != no_limit || policy.decay.count() > 0;
   link_->pool.store(this, std::memory_order_release);  // threads' caches reach the pool through it
   caching_threads_ = options_.thread_caches == thread_cache_policy::always;
+  note_pool_made(*this);  // last: a constructor that threw leaves nothing to unregister
 }
 
 bool pool_impl::frees_done(void* self, std::uint32_t slot, std::uint64_t sequence) {
@@ -94,6 +97,7 @@ bool pool_impl::growth_would_steal(void* self, std::size_t bytes) {
 }
 
 pool_impl::~pool_impl() {
+  note_pool_gone(*this);  // before taking the lock, which fork()'s handlers may hold
   {
     // Threads ending from here on leave their caches alone (the blocks go with the arenas).
     std::lock_guard link_guard(link_->mutex);

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/fork_safety.hpp"
 #include "process/process_state.hpp"
 #include "process/sharing.hpp"
 #include "process/tags.hpp"
@@ -25,34 +26,15 @@ pool_table::pool_table(std::shared_ptr<driver> drv_in, int count)
 
 namespace {
 
-// fork(): every device's pool and every tag's pool is locked across it, so a child (a data-loader
-// worker) never inherits a pool another thread was in the middle of changing, with its lock held
-// for ever. Registered when the process state is first made, before the recorder's handlers (which
-// lock the recorder's mutexes first: its writer takes a pool's lock under them); no allocation in
-// here. No thread holds two pools' locks at once, so the order among pools does not matter.
-template <typename Each>
-void each_pool(Each each) noexcept {
-  auto* table = process().table.load(std::memory_order_acquire);
-  if (table == nullptr) return;
-  for (int d = 0; d < table->device_count; ++d) {
-    if (pool* p = table->slots[d].load(std::memory_order_acquire)) each(*p);
-  }
-}
-
+// fork(): every pool is locked across it by core's handlers (fork_safety.hpp), so a child (a
+// data-loader worker) never inherits a pool another thread was in the middle of changing, with
+// its lock held for ever. They are installed when the process state is first made, before the
+// recorder's handlers and the tag registry's below, whose prepare steps run first: the recorder's
+// writer takes a pool's lock under its mutexes, and tag_pool_of() makes a pool (which registers
+// it with core) under the tag registry's mutex.
 void register_fork_handlers() {
-  (void)::pthread_atfork(
-      [] {
-        each_pool([](pool& p) { p.lock_for_fork(); });
-        lock_tags_for_fork();
-      },
-      [] {
-        unlock_tags_after_fork();
-        each_pool([](pool& p) { p.unlock_after_fork(); });
-      },
-      [] {
-        unlock_tags_after_fork();
-        each_pool([](pool& p) { p.unlock_after_fork(); });
-      });
+  install_pool_fork_handlers();
+  (void)::pthread_atfork(&lock_tags_for_fork, &unlock_tags_after_fork, &unlock_tags_after_fork);
 }
 
 }  // namespace

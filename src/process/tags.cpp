@@ -171,37 +171,9 @@ tag_entry* current_tag_entry() noexcept {
   return registry().default_tag.load(std::memory_order_acquire);
 }
 
-namespace {
+void lock_tags_for_fork() noexcept { registry().mutex.lock(); }
 
-// Every tag pool, without allocating (a fork handler's walk; the registry's mutex held, so no tag
-// is deleted meanwhile).
-template <typename Each>
-void each_tag_pool(tag_registry& r, Each each) noexcept {
-  const std::size_t n = r.count.load(std::memory_order_acquire);
-  for (std::size_t i = 0; i < n; ++i) {
-    tag_entry* t = r.tags[i].load(std::memory_order_acquire);
-    if (t == nullptr) continue;
-    for (int d = 0; d < t->device_count; ++d) {
-      if (pool* p = t->pools[d].load(std::memory_order_acquire)) each(*p);
-    }
-  }
-}
-
-}  // namespace
-
-// The registry's mutex first: tag_pool_of() holds it while it makes a pool, and takes no pool's
-// lock under it, nor does any pool take it.
-void lock_tags_for_fork() noexcept {
-  tag_registry& r = registry();
-  r.mutex.lock();
-  each_tag_pool(r, [](pool& p) { p.lock_for_fork(); });
-}
-
-void unlock_tags_after_fork() noexcept {
-  tag_registry& r = registry();
-  each_tag_pool(r, [](pool& p) { p.unlock_after_fork(); });
-  r.mutex.unlock();
-}
+void unlock_tags_after_fork() noexcept { registry().mutex.unlock(); }
 
 void reset_tags_for_testing() {
   tag_registry& r = registry();

@@ -45,8 +45,8 @@ pool* tag_pool_owning(const void* ptr, int device);
 std::vector<pool*> tag_pools(int device);
 /// The calling thread's current tag, or nullptr.
 tag_entry* current_tag_entry() noexcept;
-/// fork(): takes the tag registry's mutex and every tag pool's lock (pool::lock_for_fork), so a
-/// child never inherits one that a thread it does not have was holding. No allocation.
+/// fork(): takes the tag registry's mutex, so a child never inherits it held by a thread that was
+/// naming a tag or making a tag's pool (the pools themselves are locked by core's handlers).
 void lock_tags_for_fork() noexcept;
 /// Drops what lock_tags_for_fork() took (in the parent, and in the child after fork()).
 void unlock_tags_after_fork() noexcept;

@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "process/process_fixture.hpp"
 #include "tidepool/pool.hpp"
 #include "tidepool/process.hpp"
+#include "tidepool/sim.hpp"
 
 namespace tidepool::testing {
 namespace {
@@ -103,6 +105,15 @@ TEST_F(fork_test, AChildForkedWhileAnotherThreadUsesItsThreadCacheCanReleaseTheP
         (void)device_pool(0).release();
       });
   EXPECT_EQ(caches_seen, 1u);  // the other thread's, in use while the children were forked
+}
+
+// A pool the program made itself (not the process's) is locked across fork() too.
+TEST_F(fork_test, AChildForkedWhileAnotherThreadUsesAPoolTheProgramMadeCanUseIt) {
+  pool own(std::make_shared<sim_driver>(sim_config{}), 0);
+  expect_children_finish_beside([&] { own.deallocate(own.allocate(4096)); },
+                                [&] {
+                                  for (int k = 0; k < 10; ++k) own.deallocate(own.allocate(8192));
+                                });
 }
 
 // A tag's pool (tidepool::tag_pool) is locked across fork() as the devices' pools are.
