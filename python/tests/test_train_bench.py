@@ -231,6 +231,31 @@ def test_launcher_gives_tidepool_plus_record_its_own_file(tmp_path):
         assert r["error"].startswith("ModuleNotFoundError") and "torch" in r["error"], r
 
 
+def test_profile_flag_gives_each_run_a_file_of_its_own(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(train_bench.report, "run_child", lambda command, *rest: commands.append(command) or {})
+    args = train_bench.parse_args(["--workloads", "gpt-vary", "--allocators", "tidepool", "--profile"])
+    train_bench.run_child("gpt-vary", "tidepool", args, str(tmp_path / "gpt-vary.tidepool.run2.log"), ".run2")
+    command = commands[-1]
+    assert command[command.index("--profile-out") + 1] == str(tmp_path / "gpt-vary.tidepool.run2.prof")
+    train_bench.run_child("gpt-vary", "tidepool", train_bench.parse_args(["--workloads", "gpt-vary"]),
+                          str(tmp_path / "gpt-vary.tidepool.log"))
+    assert "--profile-out" not in commands[-1]
+
+
+def test_run_profiled_writes_the_stats_and_returns_the_result(tmp_path, capsys):
+    import pstats
+
+    def busy():
+        return sum(i * i for i in range(10000))
+
+    path = tmp_path / "run.prof"
+    assert train_bench.run_profiled(busy, str(path)) == busy()
+    assert any("busy" in name for (_, _, name) in pstats.Stats(str(path)).stats)
+    assert "Ordered by: internal time" in capsys.readouterr().err
+    assert train_bench.run_profiled(busy, None) == busy()
+
+
 def test_recording_cost_line():
     plain = _result("tidepool", 100.0, 1100, 1000)
     recorded = _result("tidepool+record", 103.0, 1100, 1000, recording_file_bytes=3 * 2**20)

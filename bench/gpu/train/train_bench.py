@@ -66,10 +66,16 @@ def parse_args(argv=None):
     parser.add_argument("--record", action="store_true",
                         help="tidepool runs record every allocation and free to LOG_DIR/train-bench/"
                              "WORKLOAD.tidepool.csv.gz (TIDEPOOL_RECORD)")
+    parser.add_argument("--profile", action="store_true",
+                        help="each run's steps under cProfile: LOG_DIR/train-bench/WORKLOAD.ALLOCATOR[.runN].prof "
+                             "(pstats) and the 30 functions of most own time at the end of its log. The "
+                             "profiler slows Python: compare the allocators' profiles with each other, "
+                             "not their step times with unprofiled runs'")
     parser.add_argument("--log-dir", help="where the JSON lines and logs go (default: $LOG_DIR, $OUT, "
                         "else gpu-logs/ in the repository)")
     parser.add_argument("--list", action="store_true", help="list the workloads and exit")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one run, in this process
+    parser.add_argument("--profile-out", help=argparse.SUPPRESS)  # the worker's profile file (--profile)
     args = parser.parse_args(argv)
     try:
         args.workloads = catalog.parse_names(args.workloads, catalog.WORKLOADS, "workload")
@@ -171,7 +177,25 @@ def _versions(spec):
     return versions
 
 
-def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_options):
+def run_profiled(run, profile_out):
+    """run() under cProfile when `profile_out` names a file: the stats go there and the 30
+    functions of most own time to stderr (the run's log). Returns what run() returns."""
+    if not profile_out:
+        return run()
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        return run()
+    finally:
+        profiler.disable()
+        profiler.dump_stats(profile_out)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
+
+
+def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_options, profile_out=None):
     """Runs the workload; returns its figures (raises on failure)."""
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if (conf == catalog.EXPANDABLE_CONF) != (allocator == "expandable"):
@@ -209,7 +233,7 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
     try:
         workload = workloads.build(spec, shapes, seed)
         cpu_seconds = []
-        seconds = workloads.run_steps(workload, steps, cpu_seconds)
+        seconds = run_profiled(lambda: workloads.run_steps(workload, steps, cpu_seconds), profile_out)
     finally:
         if monitor is not None:
             monitor.stop()
@@ -224,6 +248,8 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
                        "nvml_source": monitor.source, "nvml_samples": monitor.samples})
         if monitor.error:
             result["nvml_error"] = monitor.error
+    if profile_out:
+        result["profile"] = profile_out
     if tidepool is not None:
         result.update(_tidepool_figures(tidepool, device))
         if allocator == catalog.RECORDING and not result["recording_path"]:
@@ -244,7 +270,7 @@ def worker(args):
         steps, warmup = steps_of(spec, args)
         result.update({"steps": steps, "warmup": warmup})
         result.update(measure(spec, allocator, steps, warmup, args.seed, args.nvml_interval_ms / 1000.0,
-                              args.tidepool_options))
+                              args.tidepool_options, args.profile_out))
     except Exception as e:
         traceback.print_exc()
         result["error"] = f"{type(e).__name__}: {e}"[:2000]
@@ -271,6 +297,8 @@ def run_child(workload, allocator, args, log_path, tag=""):
             command += [f"--{name}", str(getattr(args, name))]
     for option in args.tidepool_option:
         command += ["--tidepool-option", option]
+    if args.profile:
+        command += ["--profile-out", os.path.join(os.path.dirname(log_path), f"{workload}.{allocator}{tag}.prof")]
     record = None
     if allocator == catalog.RECORDING or (args.record and catalog.uses_tidepool(allocator)):
         record = os.path.join(os.path.dirname(log_path), f"{workload}.{allocator}{tag}.csv.gz")
