@@ -97,6 +97,37 @@ TEST_F(PoolStreams, FreesOfDifferentStreamsDoNotMerge) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
+// The frontier rule holds across the two places a stream's request looks: a block free for every
+// stream inside the mapped memory serves it before the stream's own free block at the frontier
+// (which has unmapped room above it), though the frontier block is the smaller fit. Placement
+// must not depend on whether another stream's frees were known complete (the GPU running behind):
+// the serving and loader traces held more than expandable segments through this (RESULTS section 0).
+TEST_F(PoolStreams, TheFrontierRuleHoldsAcrossAStreamsOwnFreesAndThoseOfEveryStream) {
+  pool_options options;
+  options.growth_slack = 10.0;  // growth makes new handles: nothing is stolen from under the blocks
+  pool q(sim, 0, options);
+  void* x = q.allocate(8 * MiB, b);
+  void* keeper = q.allocate(2 * MiB, b);  // keeps x inside the mapped memory, away from the frontier
+  sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 8 * MiB);
+  q.deallocate(x, b);
+  void* small_b = q.allocate(4096, b);  // x joins b's free blocks; b's work still runs
+  void* t = q.allocate(3 * MiB, a);     // grows at the frontier: x is b's until its event completes
+  sim->launch(0, a, 10000.0, reinterpret_cast<device_address>(t), 3 * MiB);
+  q.deallocate(t, a);                   // a free block at the frontier, a's own while a's work runs
+  sim->advance(150.0);                  // b's work done, a's not
+  // Two small requests fill the rest of the small arena's granule and then miss there: the miss
+  // settles b's frees, so x is every stream's now.
+  void* small_a = q.allocate(MiB - 512, a);
+  void* small_miss = q.allocate(MiB - 512, a);
+  void* request = q.allocate(2 * MiB + 512 * 1024, a);
+  EXPECT_EQ(request, x) << "the request went to the frontier block at " << t << ", not inside the mapped memory";
+  q.deallocate(request, a);
+  q.deallocate(small_a, a);
+  q.deallocate(small_miss, a);
+  q.deallocate(keeper, b);
+  q.deallocate(small_b, b);
+}
+
 // x and y adjacent, x held back by record_stream(x, c), y freed on another stream: when x's free
 // completes it merges with y. The merged block must become safe for every stream once both parts
 // are (it used to keep y's later free number in x's stream, which x's stream never reached).
