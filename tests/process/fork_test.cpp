@@ -1,6 +1,7 @@
-// fork() beside threads that use the process's pool (a data-loader forking workers while the
-// training thread allocates): the child's pool is usable, never a copy locked by a thread the
-// child does not have. Not in the ThreadSanitizer suite: it forks a multi-threaded process.
+// fork() beside threads that use a pool (a data-loader forking workers while the training thread
+// allocates): the device's pool, its thread caches, a tag's pool and a pool the program made
+// itself are usable in the child, never a copy locked by a thread the child does not have. Not in
+// the ThreadSanitizer suite: it forks a multi-threaded process.
 #include <sys/wait.h>
 #include <unistd.h>
 
