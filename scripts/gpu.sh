@@ -23,13 +23,16 @@
 # of one) and
 # sleep-wake (bench/gpu/sleep_wake.py: sleep and wake of SLEEP_WAKE_GIB GiB of tensors, default
 # "1 8 32", beside doing it by hand with plain PyTorch; issue 13) and
-# torch-call-cost (~30 s: bench/gpu/torch_call_cost.py, the host time of a PyTorch allocate + free
-# pair under PyTorch default, expandable segments and tidepool, each in its own process).
+# torch-call-cost (~50 s: bench/gpu/torch_call_cost.py, the host time of a PyTorch allocate + free
+# pair under PyTorch default, expandable segments, tidepool, cudaMallocAsync natively and behind
+# PyTorch's pluggable interface, each in its own process).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
 build=${BUILD_DIR:-/tmp/tidepool-gpu-build}
 mkdir -p "$logs"
+# The training benchmark's and torch_call_cost.py's `pluggable-async` runs load this library.
+export TIDEPOOL_BENCH_PLUGGABLE_ASYNC=$build/bench/gpu/libtidepool_bench_pluggable_async.so
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/machine.txt"
 torch_dir=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)/Torch
 {
@@ -72,7 +75,7 @@ step thread-scaling bash -c "'$build/bench/thread_scaling_bench' --benchmark_rep
 step record-traces env PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/train/record_traces.py" --out "$logs/traces"
 step sleep-wake env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
   python3 "$root/bench/gpu/sleep_wake.py" --sizes ${SLEEP_WAKE_GIB:-1 8 32} --json "$logs/sleep-wake.json"
-step torch-call-cost bash -c "for a in default expandable tidepool; do \
+step torch-call-cost bash -c "for a in default expandable tidepool async pluggable-async; do \
   TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/torch_call_cost.py' \$a \
   || exit 1; done"
 exit $status

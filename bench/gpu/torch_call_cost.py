@@ -1,7 +1,7 @@
 """The host time of one PyTorch allocation and free under one allocator, in one process: what a
 host-bound loop (sampling token by token) pays per tensor it makes.
 
-    python3 bench/gpu/torch_call_cost.py {default,expandable,tidepool} [--pairs N]
+    python3 bench/gpu/torch_call_cost.py {default,expandable,tidepool,async,pluggable-async} [--pairs N]
 
 Prints microseconds per allocate + free pair, median of 5 rounds, for
   cached:    torch.empty of one size and del, again and again (the allocator's cached path);
@@ -10,7 +10,11 @@ Prints microseconds per allocate + free pair, median of 5 rounds, for
   kv-concat: a decode step's pattern: a cache grown by torch.cat each step (a larger tensor made,
              the old one freed) beside a small temporary, with the GPU's work queued.
 Each allocator in its own process (PYTORCH_CUDA_ALLOC_CONF must be set before torch is imported:
-this script sets it for `expandable`; `tidepool` needs TIDEPOOL_LIBRARY or an installed package).
+this script sets it for `expandable` and `async`; `tidepool` needs TIDEPOOL_LIBRARY or an installed
+package). `async` is PyTorch's native cudaMallocAsync backend and `pluggable-async` the same
+cudaMallocAsync behind PyTorch's pluggable-allocator interface (the library bench/gpu builds,
+libtidepool_bench_pluggable_async.so, named by TIDEPOOL_BENCH_PLUGGABLE_ASYNC): the difference
+between the two is the interface's own cost, which tidepool's package pays too.
 """
 
 import argparse
@@ -22,11 +26,14 @@ import time
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("allocator", choices=("default", "expandable", "tidepool"))
+    parser.add_argument("allocator", choices=("default", "expandable", "tidepool", "async", "pluggable-async"))
     parser.add_argument("--pairs", type=int, default=20000, help="allocate + free pairs per round")
     args = parser.parse_args(argv)
-    if args.allocator == "expandable":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    conf = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}.get(args.allocator)
+    if conf is not None:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    else:
+        os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     import torch
 
     if args.allocator == "tidepool":
@@ -34,6 +41,10 @@ def main(argv):
         import tidepool.torch
 
         tidepool.torch.use()
+    elif args.allocator == "pluggable-async":
+        shim = torch.cuda.memory.CUDAPluggableAllocator(os.environ["TIDEPOOL_BENCH_PLUGGABLE_ASYNC"],
+                                                        "tidepool_bench_async_alloc", "tidepool_bench_async_free")
+        torch.cuda.memory.change_current_allocator(shim)
     device = torch.device("cuda")
     busy = torch.randn(4096, 4096, device=device)
 
@@ -61,15 +72,14 @@ def main(argv):
             scratch = torch.empty(8, 4096, dtype=torch.bfloat16, device=device)
             del scratch
 
-    for name, body, pairs in (("cached", cached, args.pairs), ("queued", queued, args.pairs),
-                              ("kv-concat", kv_concat, args.pairs)):
+    for name, body in (("cached", cached), ("queued", queued), ("kv-concat", kv_concat)):
         body()  # warm-up
         torch.cuda.synchronize()
         rounds = []
         for _ in range(5):
             start = time.perf_counter()
             body()
-            rounds.append((time.perf_counter() - start) * 1e6 / pairs)
+            rounds.append((time.perf_counter() - start) * 1e6 / args.pairs)
             torch.cuda.synchronize()
         print(f"{args.allocator:10s} {name:10s} {statistics.median(rounds):7.2f} us per pair "
               f"(rounds {', '.join(f'{r:.2f}' for r in rounds)})", flush=True)

@@ -482,3 +482,25 @@ def test_launcher_repeats_rotate_the_order_and_keep_every_log(tmp_path):
     for r in results[4:]:
         assert r["error"].startswith("all 2 runs failed; the last: ModuleNotFoundError"), r
     assert "=== gpt-small-vary over 2 runs" in run.stdout
+
+
+def test_async_runs_set_their_backend_and_the_pluggable_one_needs_its_library():
+    assert catalog.ASYNC not in catalog.ALLOCATORS and catalog.PLUGGABLE_ASYNC not in catalog.ALLOCATORS
+    native = catalog.child_environment({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "async", "/repo/python")
+    assert native["PYTORCH_CUDA_ALLOC_CONF"] == "backend:cudaMallocAsync"
+    with pytest.raises(ValueError, match=catalog.PLUGGABLE_ASYNC_VARIABLE):
+        catalog.child_environment({}, "pluggable-async", "/repo/python")
+    shim = catalog.child_environment({catalog.PLUGGABLE_ASYNC_VARIABLE: "/b/libshim.so",
+                                      "PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+                                     "pluggable-async", "/repo/python")
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in shim and shim[catalog.PLUGGABLE_ASYNC_VARIABLE] == "/b/libshim.so"
+    assert train_bench.parse_args(["--allocators", "async,pluggable-async"]).allocators == ["async", "pluggable-async"]
+
+
+def test_the_table_says_what_the_pluggable_interface_cost():
+    common = {"workload": "hf-llama-rl", "warmup": 1, "shapes_digest": "d"}
+    results = [dict(common, allocator="async", median_step_ms=100.0, step_ms=[500.0, 100.0, 100.0, 200.0]),
+               dict(common, allocator="pluggable-async", median_step_ms=110.0, step_ms=[9.0, 110.0, 120.0, 200.0])]
+    text = report.table(results)
+    assert "hf-llama-rl: the pluggable interface costs +10.0% of the median step (100.0 -> 110.0 ms; paired 1.100)" in text
+    assert report.interface_costs(results[:1]) == []

@@ -15,7 +15,14 @@ ALLOCATORS = ("default", "expandable", "tidepool")
 # Run only when named: tidepool recording every allocation and free (TIDEPOOL_RECORD), so one
 # command measures the recording's cost beside `tidepool` (report.recording_costs).
 RECORDING = "tidepool+record"
-KNOWN_ALLOCATORS = ALLOCATORS + (RECORDING,)
+# Run only when named: cudaMallocAsync, natively (PyTorch's backend) and behind PyTorch's
+# pluggable-allocator interface (bench/gpu/pluggable_async.cpp, the library named by
+# PLUGGABLE_ASYNC_VARIABLE): the same allocator both ways, so the pair measures the interface
+# tidepool's package goes through, with no tidepool in the path.
+ASYNC = "async"
+PLUGGABLE_ASYNC = "pluggable-async"
+PLUGGABLE_ASYNC_VARIABLE = "TIDEPOOL_BENCH_PLUGGABLE_ASYNC"
+KNOWN_ALLOCATORS = ALLOCATORS + (RECORDING, ASYNC, PLUGGABLE_ASYNC)
 
 
 def uses_tidepool(allocator):
@@ -24,6 +31,12 @@ def uses_tidepool(allocator):
 # The allocator settings a child must not inherit: the benchmark chooses them itself.
 ALLOC_CONF_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 EXPANDABLE_CONF = "expandable_segments:True"
+ASYNC_CONF = "backend:cudaMallocAsync"
+
+
+def alloc_conf(allocator):
+    """The PYTORCH_CUDA_ALLOC_CONF a run under `allocator` has (None: unset)."""
+    return {"expandable": EXPANDABLE_CONF, ASYNC: ASYNC_CONF}.get(allocator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,8 +262,11 @@ def child_environment(base, allocator, python_root, record=None):
         env["TIDEPOOL_RECORD"] = record or base["TIDEPOOL_RECORD"]
     if allocator == RECORDING and "TIDEPOOL_RECORD" not in env:
         raise ValueError(f"allocator {RECORDING!r} needs a file to record to")
-    if allocator == "expandable":
-        env["PYTORCH_CUDA_ALLOC_CONF"] = EXPANDABLE_CONF
+    if allocator == PLUGGABLE_ASYNC and not env.get(PLUGGABLE_ASYNC_VARIABLE):
+        raise ValueError(f"allocator {PLUGGABLE_ASYNC!r} needs {PLUGGABLE_ASYNC_VARIABLE}: the path of "
+                         "libtidepool_bench_pluggable_async.so (built in bench/gpu)")
+    if alloc_conf(allocator) is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf(allocator)
     paths = [python_root] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p != python_root]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"

@@ -173,6 +173,23 @@ def recording_costs(results):
     return lines
 
 
+def interface_costs(results):
+    """A line per workload run both as `async` and `pluggable-async`: what PyTorch's pluggable-
+    allocator interface costs the step (the same cudaMallocAsync both ways), median step against
+    median step and step by step (paired_ratio)."""
+    lines = []
+    for workload in sorted({r["workload"] for r in results}):
+        runs = {r["allocator"]: r for r in results if r["workload"] == workload and "error" not in r}
+        native, pluggable = runs.get("async"), runs.get("pluggable-async")
+        if not native or not pluggable or not native.get("median_step_ms") or pluggable.get("median_step_ms") is None:
+            continue
+        a, b = native["median_step_ms"], pluggable["median_step_ms"]
+        paired = paired_ratio(pluggable, native)
+        lines.append(f"  {workload}: the pluggable interface costs {100.0 * (b - a) / a:+.1f}% of the median step "
+                     f"({a:.1f} -> {b:.1f} ms; paired {_fmt(paired, '.3f')})")
+    return lines
+
+
 def table(results):
     """One row per run: step times and the median CPU time of a step (every thread of the process),
     peak in use, held / in use by the allocator's own count and by NVML, driver calls and time
@@ -201,6 +218,7 @@ def table(results):
                      _fmt(own, ".3f"), _fmt(nvml, ".3f"), _fmt(r.get("driver_calls"), "d"),
                      _fmt(r.get("driver_ms"), ".1f"), _fmt(versus, ".3f"), _fmt(paired, ".3f")))
     notes.extend(recording_costs(results))
+    notes.extend(interface_costs(results))
     for workload in sorted(best):
         digests = {r.get("shapes_digest") for r in results if r["workload"] == workload and "error" not in r}
         if len(digests) > 1:

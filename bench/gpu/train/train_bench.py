@@ -19,7 +19,11 @@ against median step). `--record` has every tidepool run record (to WORKLOAD.ALLO
 inherited TIDEPOOL_RECORD reaches the tidepool runs too (use "%p" in it: each run is a process of
 its own). `--repeats N` runs each pair N times, the allocators' order rotated each time, and adds a
 table over the runs (each step the geometric mean of its N times): for loops bound by the host,
-whose processes differ by 10-20% whatever the allocator.
+whose processes differ by 10-20% whatever the allocator. Two more allocators, also named only,
+measure PyTorch's pluggable-allocator interface (the one tidepool's package goes through) on its
+own: `async` is PyTorch's native cudaMallocAsync backend, `pluggable-async` the same cudaMallocAsync
+behind the interface (TIDEPOOL_BENCH_PLUGGABLE_ASYNC names bench/gpu's
+libtidepool_bench_pluggable_async.so); with both, each table ends with what the interface cost.
 """
 
 import argparse
@@ -146,7 +150,10 @@ def _torch_figures(torch):
     if figures["num_device_alloc"] is not None and figures["num_device_free"] is not None:
         # cudaMalloc / cuMemMap and cudaFree / cuMemUnmap (PyTorch counts no other driver call)
         figures["driver_calls"] = figures["num_device_alloc"] + figures["num_device_free"]
-    snapshot = torch.cuda.memory._snapshot()
+    try:
+        snapshot = torch.cuda.memory._snapshot()
+    except RuntimeError:  # the cudaMallocAsync backend keeps no snapshot
+        return figures
     settings = snapshot.get("allocator_settings") or {}
     if "expandable_segments" in settings:
         figures["expandable_segments"] = bool(settings["expandable_segments"])
@@ -198,7 +205,7 @@ def run_profiled(run, profile_out):
 def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_options, profile_out=None):
     """Runs the workload; returns its figures (raises on failure)."""
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
-    if (conf == catalog.EXPANDABLE_CONF) != (allocator == "expandable"):
+    if conf != catalog.alloc_conf(allocator):
         raise RuntimeError(f"PYTORCH_CUDA_ALLOC_CONF={conf!r} does not fit allocator {allocator!r}")
     import torch
 
@@ -211,6 +218,10 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
         if tidepool_options:
             tidepool.set_pool_options(**tidepool_options)
         tidepool.torch.use()  # before the first CUDA allocation
+    if allocator == catalog.PLUGGABLE_ASYNC:
+        shim = torch.cuda.memory.CUDAPluggableAllocator(os.environ[catalog.PLUGGABLE_ASYNC_VARIABLE],
+                                                        "tidepool_bench_async_alloc", "tidepool_bench_async_free")
+        torch.cuda.memory.change_current_allocator(shim)
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
     for module in spec.modules:
@@ -254,7 +265,7 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
         result.update(_tidepool_figures(tidepool, device))
         if allocator == catalog.RECORDING and not result["recording_path"]:
             raise RuntimeError("TIDEPOOL_RECORD was set but tidepool was not recording")
-    else:
+    elif allocator != catalog.PLUGGABLE_ASYNC:  # a pluggable allocator has no statistics in PyTorch
         result.update(_torch_figures(torch))
         seen = result.get("expandable_segments")
         if seen is not None and seen != (allocator == "expandable"):
