@@ -114,7 +114,7 @@ typedef struct tidepool_pool_options_t {
   int32_t reserved_;              /**< zero */
   double growth_slack;            /**< growth budget: held memory may pass peak in use by this
                                        fraction before free handles are moved instead of new ones
-                                       made (tidepool::pool_options::growth_slack; default 0.5) */
+                                       made (tidepool::pool_options::growth_slack; default 1.0) */
   int32_t thread_caches;          /**< a tidepool_thread_caches (default WHEN_CONTENDED) */
   int32_t reserved2_;             /**< zero */
   int32_t alias_free_handles;     /**< 1: past the alias budget, map idle handles a second time before

@@ -83,11 +83,14 @@ struct pool_options {
   /// with the frontier rule holds the recorded training loops and the loader at or below
   /// expandable segments' figure with no stealing at all). A workload whose fragmentation passes
   /// the slack steals in every step, forever, and stealing moves handles that placement would
-  /// have reused; so the default, 0.5, sits well above what the measured workloads need. Smaller
-  /// values hold less only on workloads past them and pay driver calls in every step (the
-  /// measured frontier is in docs/RESULTS.md).
+  /// have reused; and a program still growing toward its peak can pass a tight cap for a moment
+  /// (a large request while its cache is cut up), when a steal leaves an unmapped hole inside the
+  /// free memory that every later pass lays out around. So the default, 1.0 (held at most twice
+  /// peak in use), sits well above what the measured workloads need: no measured trace steals at
+  /// it. Smaller values hold less only on workloads past them and pay driver calls in every step
+  /// (the measured frontier is in docs/RESULTS.md).
   /// Must be >= 0.
-  double growth_slack = 0.5;
+  double growth_slack = 1.0;
   /// Past the alias budget (alias_slack), map free handles a second time under the request (one
   /// map and set-access per handle, no unmap, no new memory) before making new ones: a handle may
   /// then be mapped at several addresses, of which one at a time holds live blocks. Mappings stay,

@@ -79,7 +79,7 @@ def test_negative_or_non_integer_options_are_refused_and_set_nothing():
             except TypeError as e:
                 print("TypeError", e)
         print(tidepool.get_pool_options() == before)
-        tidepool.set_pool_options(byte_cap=None, headroom=0, growth_slack=1)  # limits still accepted
+        tidepool.set_pool_options(byte_cap=None, headroom=0, growth_slack=2)  # limits still accepted
         print(tidepool.get_pool_options()["growth_slack"])
     """)
     lines = out.strip().splitlines()
@@ -95,7 +95,7 @@ def test_negative_or_non_integer_options_are_refused_and_set_nothing():
     assert "immediate_release must be True or False, not 1" in lines[7]
     assert "growth_slack must be a number, not str '0.5'" in lines[8]
     assert lines[9] == "True"
-    assert lines[10] == "1.0"
+    assert lines[10] == "2.0"
 
 
 def test_options_set_after_the_first_allocation_are_refused_naming_the_pool():

@@ -36,7 +36,7 @@ def test_growth_slack_round_trips_and_bad_values_are_refused():
             print(e.name)
         print(tidepool.get_pool_options()["growth_slack"])
     """)
-    assert out.strip().splitlines() == ["0.5", "0.25", "TIDEPOOL_INVALID_ARGUMENT", "0.25"]
+    assert out.strip().splitlines() == ["1.0", "0.25", "TIDEPOOL_INVALID_ARGUMENT", "0.25"]
 
 
 def test_alias_options_round_trip_and_bad_values_are_refused():

@@ -29,7 +29,10 @@
 // map its whole size elsewhere (the loader workload, measured with and without the rule in
 // docs/RESULTS.md, section 0). The rule holds across the two indexes a request looks in, its own
 // stream's free blocks and those free for every stream: which index a block is in says only
-// whether an event has been seen to complete, and placement must not depend on that.
+// whether an event has been seen to complete, and placement must not depend on that. An arena
+// that aliases (pool_options::alias_free_handles) keeps the rule within each index: across them it
+// held the loader at 1.041 against 1.028 and kept fewer traces at or below expandable segments
+// (docs/RESULTS.md, section 0).
 //
 // Extension instead of a wasteful fit, when growth would pass the pool's budget: when the best fit
 // would waste more than 1/16 of the request (or none fits) and a smaller free block (of any
@@ -70,8 +73,12 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
   block* second = any;
   if (own == nullptr || (any != nullptr && any->size < own->size)) std::swap(first, second);
   // The frontier rule across the two indexes: a block at the frontier is what an index offers only
-  // when nothing else of it fits, so another index's block inside the mapped memory goes first.
-  if (second != nullptr && !serving_growth_ && at_frontier(first) && !at_frontier(second)) std::swap(first, second);
+  // when nothing else of it fits, so another index's block inside the mapped memory goes first
+  // (not while aliasing: see the top of this file).
+  if (second != nullptr && !serving_growth_ && !settings_.aliases && at_frontier(first) &&
+      !at_frontier(second)) {
+    std::swap(first, second);
+  }
   if (settings_.large_handles && !serving_growth_) {
     // A wasteful fit (or none): extend a smaller free block into the room above it instead.
     const std::size_t most_to_map = bytes / extension_divisor;

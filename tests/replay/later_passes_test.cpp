@@ -4,8 +4,12 @@
 // (traces/gpt_ckpt_accum.csv.gz, recorded on the H200), taking the block of exactly the asked size
 // that was freed last made the second pass hold more than the first, and more than expandable
 // segments. The reinforcement-learning loop (traces/hf_llama_rl.csv.gz: generation with a KV cache
-// grown token by token, then a gradient step, in one process) is held to the same. The figures are
-// in docs/RESULTS.md, section 0.
+// grown token by token, then a gradient step, in one process) is held to the same, and so is the
+// loader (traces/loader.csv.gz, a program whose peak in use grows for most of the trace): with a
+// growth budget of 1.5x peak in use it stole a free handle once while still growing, and the hole
+// the steal left in the free memory cost its first pass 0.013 (1.026 against expandable segments'
+// 1.013) and failed the GPU test of DESIGN 4 (1.02 through CuPy and PyTorch). The figures are in
+// docs/RESULTS.md, section 0.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -44,6 +48,14 @@ TEST(ReplayLaterPasses, ACheckpointedLoopHoldsInItsSecondPassWhatItHeldInItsFirs
 
 TEST(ReplayLaterPasses, AnRLLoopHoldsInItsSecondPassWhatItHeldInItsFirst) {
   expect_second_pass_as_first("hf_llama_rl.csv.gz");
+}
+
+TEST(ReplayLaterPasses, TheLoaderHoldsInItsSecondPassWhatItHeldInItsFirst) {
+  expect_second_pass_as_first("loader.csv.gz");
+  // DESIGN 4, as python/tests/gpu/test_frameworks_gpu.py asks of it on the H200.
+  const replay_result pool =
+      replay_trace(read_bundled_trace("loader.csv.gz"), "tidepool", std::make_shared<sim_driver>());
+  EXPECT_LE(pool.held_ratio(), 1.02);
 }
 
 }  // namespace
