@@ -106,7 +106,7 @@ typedef struct tidepool_pool_options_t {
   uint64_t struct_size;
   uint64_t byte_cap;              /**< never map more than this (UINT64_MAX: no cap) */
   uint64_t headroom;              /**< leave this much free on the device */
-  uint64_t small_size_threshold;  /**< requests below it are packed into pages of their own */
+  uint64_t small_size_threshold;  /**< requests of at most this size are packed into pages of their own */
   uint64_t max_cached_bytes;      /**< keep at most this much cached (UINT64_MAX: no limit) */
   uint64_t decay_milliseconds;    /**< free pages unused this long go back (0: never) */
   uint64_t address_range_bytes;   /**< reserve address space in ranges of this size (0: auto) */

@@ -69,7 +69,8 @@ struct pool_options {
   std::size_t byte_cap = static_cast<std::size_t>(-1);
   /// Leave at least this many bytes free on the device (checked against the driver's free).
   std::size_t headroom = 0;
-  /// Requests below this size are packed into pages of their own.
+  /// Requests of at most this size are packed into pages of their own (1 MiB: PyTorch's small
+  /// pool takes the same sizes, so a program's 1 MiB buffers live where PyTorch put them).
   std::size_t small_size_threshold = std::size_t{1} << 20;
   release_policy release{};
   /// Reserve address space in ranges of this size (0: the device's capacity, rounded).
@@ -177,7 +178,7 @@ struct block_description {
   std::size_t requested = 0;     ///< live: bytes asked for; else 0
   status state = status::free;
   std::uintptr_t stream = 0;     ///< live: the stream allocated on; free: the stream that may reuse it (0: any)
-  bool small = false;            ///< in a small-request region (below pool_options::small_size_threshold)
+  bool small = false;            ///< in a small-request region (pool_options::small_size_threshold or less)
   bool persistent = false;       ///< in a region for lifetime::persistent requests
   std::uintptr_t range = 0;      ///< the base of the reserved range (or segment) it lies in
 };

@@ -34,7 +34,7 @@ namespace tidepool::detail {
 
 /// The regions of a pool: two size tiers, each for scratch and for persistent requests.
 enum class arena_kind : std::uint8_t {
-  small_scratch, small_persistent,  ///< below options.small_size_threshold (1 MiB): granule handles, shared pages
+  small_scratch, small_persistent,  ///< up to options.small_size_threshold (1 MiB): granule handles, shared pages
   large_scratch, large_persistent,  ///< the rest: handles sized by the growth that made them (page_table.cpp)
 };
 inline constexpr unsigned arena_kinds = 4;

@@ -204,7 +204,7 @@ class pool_impl {
   // arena::growth_would_steal_fn.
   static bool growth_would_steal(void* self, std::size_t bytes);
   [[nodiscard]] arena& arena_for(std::size_t size, lifetime hint) noexcept {
-    const unsigned tier = size < options_.small_size_threshold ? 0u : 2u;
+    const unsigned tier = size <= options_.small_size_threshold ? 0u : 2u;
     return *arenas_[tier + (hint == lifetime::persistent ? 1u : 0u)];
   }
 

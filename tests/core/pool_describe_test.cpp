@@ -18,6 +18,21 @@ class PoolDescribe : public ::testing::Test {
   pool p{sim, 0};
 };
 
+// The small regions take requests up to small_size_threshold, the threshold included, as PyTorch's
+// small pool takes requests of at most 1 MiB (RESULTS section 0, "The 1 MiB boundary and equal fits").
+TEST_F(PoolDescribe, ARequestOfExactlyTheSmallSizeThresholdIsSmall) {
+  void* at = p.allocate(MiB);
+  void* above = p.allocate(MiB + 512);
+  std::map<std::uintptr_t, bool> small;
+  for (const auto& b : p.describe().blocks) {
+    if (b.state == block_description::status::live) small[b.address] = b.small;
+  }
+  EXPECT_TRUE(small.at(reinterpret_cast<std::uintptr_t>(at)));
+  EXPECT_FALSE(small.at(reinterpret_cast<std::uintptr_t>(above)));
+  p.deallocate(at);
+  p.deallocate(above);
+}
+
 TEST_F(PoolDescribe, BlocksTileTheRangesAndLiveBlocksAreTheAllocations) {
   stream_t s = nullptr;
   ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
@@ -75,7 +90,7 @@ struct full_calls {
 };
 
 TEST_F(PoolDescribe, RecordingKeepsEventsInThePoolsOrder) {
-  void* before = p.allocate(MiB);
+  void* before = p.allocate(2 * MiB);  // a large block: the 4 KiB ones below need a small page mapped
   void* hog = p.allocate(300 * MiB);
   full_calls full;
   p.start_recording(10, &full_calls::on_full, &full);
@@ -96,7 +111,7 @@ TEST_F(PoolDescribe, RecordingKeepsEventsInThePoolsOrder) {
             reinterpret_cast<std::uintptr_t>(before) + reinterpret_cast<std::uintptr_t>(hog));
   EXPECT_EQ(events[2].what, recorded_event::kind::free);
   EXPECT_EQ(events[2].address, reinterpret_cast<std::uintptr_t>(before));
-  EXPECT_EQ(events[2].size, MiB);
+  EXPECT_EQ(events[2].size, 2 * MiB);
   std::size_t maps = 0;
   for (std::size_t i = 1; i < events.size(); ++i) {
     EXPECT_GE(events[i].time_ns, events[i - 1].time_ns);

@@ -128,6 +128,40 @@ TEST_F(PoolStreams, TheFrontierRuleHoldsAcrossAStreamsOwnFreesAndThoseOfEveryStr
   q.deallocate(small_b, b);
 }
 
+// Two free blocks of the request's size inside the mapped memory: y, the request's own stream's
+// (its work still running), and x, at a lower address, free for every stream. The lower address
+// wins, as between two blocks of one index: which index holds a block says only whether an event
+// was seen to complete. The stream's own block won such ties, and a checkpointed loop's second pass
+// laid out apart from its first (RESULTS section 0, "The 1 MiB boundary and equal fits").
+TEST_F(PoolStreams, EqualFitsGoToTheLowerAddressWhicheverStreamFreedThem) {
+  pool_options options;
+  options.growth_slack = 10.0;  // growth makes new handles: nothing is stolen from under the blocks
+  pool q(sim, 0, options);
+  void* x = q.allocate(4 * MiB, b);
+  void* keeper_b = q.allocate(2 * MiB, b);  // keeps x from joining free memory above it
+  void* y = q.allocate(4 * MiB, a);
+  void* keeper_a = q.allocate(2 * MiB, a);  // keeps y away from the frontier
+  ASSERT_LT(reinterpret_cast<device_address>(x), reinterpret_cast<device_address>(y));
+  sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 4 * MiB);
+  q.deallocate(x, b);
+  void* small_b = q.allocate(4096, b);  // x joins b's free blocks; b's work still runs
+  sim->launch(0, a, 10000.0, reinterpret_cast<device_address>(y), 4 * MiB);
+  q.deallocate(y, a);                   // a's own free block while a's work runs
+  sim->advance(150.0);                  // b's work done, a's not
+  // Two small requests fill the rest of the small arena's granule and then miss there: the miss
+  // settles b's frees, so x is every stream's now.
+  void* small_a = q.allocate(MiB - 512, a);
+  void* small_miss = q.allocate(MiB - 512, a);
+  void* request = q.allocate(4 * MiB, a);
+  EXPECT_EQ(request, x) << "the request took a's own block at " << y << " over the lower one";
+  q.deallocate(request, a);
+  q.deallocate(small_a, a);
+  q.deallocate(small_miss, a);
+  q.deallocate(keeper_a, a);
+  q.deallocate(keeper_b, b);
+  q.deallocate(small_b, b);
+}
+
 // x and y adjacent, x held back by record_stream(x, c), y freed on another stream: when x's free
 // completes it merges with y. The merged block must become safe for every stream once both parts
 // are (it used to keep y's later free number in x's stream, which x's stream never reached).
