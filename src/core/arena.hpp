@@ -69,6 +69,41 @@ class arena {
     b->owner = slot;
     return b;
   }
+  /// Whether parked block `p` (its stream's last free, in no index), given back to free index
+  /// `free_slot` and then asked for again by a request of its size on stream `slot`, would be
+  /// served at its own address by take(): given back it becomes `p` joined with a free neighbour
+  /// above it, if any (one below would move its start), and that block must come first in best
+  /// fit's order (size, then address; the small regions take their own stream's fit first) before
+  /// the best other block of each index take() looks in, and lie inside the mapped memory or be
+  /// the only fit (the frontier rule). May say no where take() would serve it there (then take()
+  /// decides); never yes where it would not, so handing a parked block out again places as best
+  /// fit does.
+  [[nodiscard]] bool parked_is_best_fit(const block* p, std::uint32_t slot, std::uint32_t free_slot) const noexcept {
+    if (settings_.aliases) return true;  // aliasing places by its own rules (clear_start); measured as is
+    if (joins(p->prev, free_slot)) return false;
+    const block* above = joins(p->next, free_slot) ? p->next : nullptr;
+    const std::size_t joined = p->size + (above != nullptr ? above->size : 0);
+    const block* own = slots_[slot]->find_other(p->size, above);
+    const block* any = slot != 0 ? slots_[0]->find_other(p->size, above) : nullptr;
+    const bool small_path = p->size < granularity_ && !guards_large_handles_;
+    if (!small_path) {
+      if (at_frontier(above != nullptr ? above : p)) return own == nullptr && any == nullptr;
+      // A candidate at the frontier ranks behind blocks inside the mapped memory: not judged here.
+      if ((own != nullptr && at_frontier(own)) || (any != nullptr && at_frontier(any))) return false;
+      // Past the growth budget a wasteful fit may give way to an extension (take_placed).
+      if (settings_.large_handles && joined - p->size > p->size / extension_divisor &&
+          growth_would_steal_ != nullptr && growth_would_steal_(pool_, p->size)) {
+        return false;
+      }
+    }
+    auto first = [&](const block* c) {  // the joined block before c in best fit's order
+      return c == nullptr || joined < c->size || (joined == c->size && p->address < c->address);
+    };
+    if (!small_path || slot == 0) return first(own) && first(any);
+    // The small path takes its own stream's best fit unless the other index's is smaller.
+    if (free_slot == slot) return first(own) && (any == nullptr || joined <= any->size);
+    return first(any) && (own == nullptr || own->size > joined);
+  }
   /// Makes live block `b` free on stream `slot` (coalescing with free neighbours it may join).
   void give_back(block* b, std::uint32_t slot, std::uint64_t sequence, std::uint64_t tick) {
     if (settings_.aliases) count_live(*b, -1, slot, sequence);

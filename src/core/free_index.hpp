@@ -93,6 +93,28 @@ class free_index {
     return best;
   }
 
+  /// find(bytes) as if block `skip` were not in the index.
+  [[nodiscard]] block* find_other(std::size_t bytes, const block* skip) const noexcept {
+    if (count_ == 0) return nullptr;
+    const unsigned bin = bin_of(bytes);
+    block* best = nullptr;
+    unsigned scanned = 0;
+    for (block* b = heads_[bin]; b != nullptr && scanned < max_scan; b = b->link_next) {
+      if (b == skip) continue;
+      ++scanned;
+      if (b->size >= bytes && better(b, best)) best = b;
+    }
+    for (unsigned above = next_nonempty(bin + 1); best == nullptr && above < bins; above = next_nonempty(above + 1)) {
+      scanned = 0;
+      for (block* b = heads_[above]; b != nullptr && scanned < max_scan; b = b->link_next) {
+        if (b == skip) continue;
+        ++scanned;
+        if (better(b, best)) best = b;
+      }
+    }
+    return best;
+  }
+
   /// The first non-empty class at or above `bin`, or `bins` if none.
   [[nodiscard]] unsigned next_nonempty(unsigned bin) const noexcept {
     if (bin >= bins) return bins;

@@ -68,12 +68,13 @@ class pool_impl {
     // The stream is alive while the program allocates on it: the moment to cover its frees.
     if (s->record_due && s->last_free > s->covered) record_or_throw(*s);
     block* b = s->parked;
-    if (b != nullptr && b->size == size && b->owner_arena == &where) {
+    if (b != nullptr && b->size == size && b->owner_arena == &where &&
+        where.parked_is_best_fit(b, s->slot, free_slot(*s, b->free_sequence))) {
       s->parked = nullptr;
       b->state = block_state::live;
     } else {
-      // Not the same size: the parked block joins its neighbours now, so placement is exactly
-      // what it would have been without parking.
+      // Not the same size, or not where best fit would place the request: the parked block joins
+      // its neighbours now, so placement is exactly what it would have been without parking.
       if (b != nullptr) {
         s->parked = nullptr;
         b->owner_arena->give_back(b, free_slot(*s, b->free_sequence), b->free_sequence, b->freed_tick);
