@@ -156,15 +156,21 @@ def _fmt(value, spec):
     return "-" if value is None else format(value, spec)
 
 
+def _run_pairs(results, first, second):
+    """(workload, its run under `first`, its run under `second`) for each workload both ran without
+    error, the first with a nonzero median step and the second with one."""
+    for workload in sorted({r["workload"] for r in results}):
+        runs = {r["allocator"]: r for r in results if r["workload"] == workload and "error" not in r}
+        a, b = runs.get(first), runs.get(second)
+        if a and b and a.get("median_step_ms") and b.get("median_step_ms") is not None:
+            yield workload, a, b
+
+
 def recording_costs(results):
     """A line per workload run both as `tidepool` and `tidepool+record`: what recording every
     allocation and free cost, median step against median step (issue 12's goal: under 5%)."""
     lines = []
-    for workload in sorted({r["workload"] for r in results}):
-        runs = {r["allocator"]: r for r in results if r["workload"] == workload and "error" not in r}
-        plain, recorded = runs.get("tidepool"), runs.get("tidepool+record")
-        if not plain or not recorded or not plain.get("median_step_ms") or recorded.get("median_step_ms") is None:
-            continue
+    for workload, plain, recorded in _run_pairs(results, "tidepool", "tidepool+record"):
         a, b = plain["median_step_ms"], recorded["median_step_ms"]
         size = recorded.get("recording_file_bytes")
         written = f", {size / 2**20:.1f} MiB written" if size is not None else ""
@@ -178,11 +184,7 @@ def interface_costs(results):
     allocator interface costs the step (the same cudaMallocAsync both ways), median step against
     median step and step by step (paired_ratio)."""
     lines = []
-    for workload in sorted({r["workload"] for r in results}):
-        runs = {r["allocator"]: r for r in results if r["workload"] == workload and "error" not in r}
-        native, pluggable = runs.get("async"), runs.get("pluggable-async")
-        if not native or not pluggable or not native.get("median_step_ms") or pluggable.get("median_step_ms") is None:
-            continue
+    for workload, native, pluggable in _run_pairs(results, "async", "pluggable-async"):
         a, b = native["median_step_ms"], pluggable["median_step_ms"]
         paired = paired_ratio(pluggable, native)
         lines.append(f"  {workload}: the pluggable interface costs {100.0 * (b - a) / a:+.1f}% of the median step "
