@@ -16,10 +16,9 @@
 // step, forever, and the handles it moves are ones placement would have reused; a steal while a
 // program still grows toward its peak leaves a hole in the free memory that later passes lay out
 // around. So the default slack (pool_options::growth_slack, 1.0) sits well above what the measured
-// workloads need. The
-// budget does not widen by itself: one that did while stealing went on drifted far above both. The
-// figures, and the frontier between held memory and driver time slack by slack, are in
-// docs/RESULTS.md.
+// workloads need. The budget does not widen by itself: one that did while stealing went on drifted
+// far above both. The figures, and the frontier between held memory and driver time slack by
+// slack, are in docs/RESULTS.md.
 #include <fmt/format.h>
 
 #include <limits>
