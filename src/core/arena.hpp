@@ -83,8 +83,8 @@ class arena {
     if (joins(p->prev, free_slot)) return false;
     const block* above = joins(p->next, free_slot) ? p->next : nullptr;
     const std::size_t joined = p->size + (above != nullptr ? above->size : 0);
-    const block* own = slots_[slot]->find_other(p->size, above);
-    const block* any = slot != 0 ? slots_[0]->find_other(p->size, above) : nullptr;
+    const block* own = slots_[slot]->find(p->size, above);
+    const block* any = slot != 0 ? slots_[0]->find(p->size, above) : nullptr;
     const bool small_path = p->size < granularity_ && !guards_large_handles_;
     if (!small_path) {
       if (at_frontier(above != nullptr ? above : p)) return own == nullptr && any == nullptr;

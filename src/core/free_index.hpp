@@ -75,26 +75,9 @@ class free_index {
 
   /// The smallest block of at least `bytes` (a multiple of 512) among the first max_scan of its
   /// class, or else of the next non-empty class, the lowest address among equals; nullptr if none.
-  [[nodiscard]] block* find(std::size_t bytes) const noexcept {
-    if (count_ == 0) return nullptr;
-    const unsigned bin = bin_of(bytes);
-    block* best = nullptr;
-    unsigned scanned = 0;
-    for (block* b = heads_[bin]; b != nullptr && scanned < max_scan; b = b->link_next, ++scanned) {
-      if (b->size >= bytes && better(b, best)) best = b;
-    }
-    if (best != nullptr) return best;
-    const unsigned above = next_nonempty(bin + 1);
-    if (above >= bins) return nullptr;
-    scanned = 0;
-    for (block* b = heads_[above]; b != nullptr && scanned < max_scan; b = b->link_next, ++scanned) {
-      if (better(b, best)) best = b;
-    }
-    return best;
-  }
-
-  /// find(bytes) as if block `skip` were not in the index.
-  [[nodiscard]] block* find_other(std::size_t bytes, const block* skip) const noexcept {
+  /// `skip`, if given, is left out as if it were not in the index (a neighbour a block about to be
+  /// given back would absorb: arena::parked_is_best_fit).
+  [[nodiscard]] block* find(std::size_t bytes, const block* skip = nullptr) const noexcept {
     if (count_ == 0) return nullptr;
     const unsigned bin = bin_of(bytes);
     block* best = nullptr;
@@ -104,6 +87,8 @@ class free_index {
       ++scanned;
       if (b->size >= bytes && better(b, best)) best = b;
     }
+    // Any block of a higher class fits: the first non-empty one decides, unless its only block
+    // is the skipped one.
     for (unsigned above = next_nonempty(bin + 1); best == nullptr && above < bins; above = next_nonempty(above + 1)) {
       scanned = 0;
       for (block* b = heads_[above]; b != nullptr && scanned < max_scan; b = b->link_next) {

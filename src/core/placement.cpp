@@ -30,9 +30,8 @@
 // docs/RESULTS.md, section 0). The rule holds across the two indexes a request looks in, its own
 // stream's free blocks and those free for every stream: which index a block is in says only
 // whether an event has been seen to complete, and placement must not depend on that. An arena
-// that aliases (pool_options::alias_free_handles) keeps the rule within each index: across them it
-// held the loader at 1.041 against 1.028 and kept fewer traces at or below expandable segments
-// (docs/RESULTS.md, section 0).
+// that aliases (pool_options::alias_free_handles) keeps the rule within each index: across them
+// the aliasing pool held more, the loader most (docs/RESULTS.md, section 0).
 //
 // Extension instead of a wasteful fit, when growth would pass the pool's budget: when the best fit
 // would waste more than 1/16 of the request (or none fits) and a smaller free block (of any
@@ -74,8 +73,8 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
   // The smaller fit first and, of two equal fits, the lower address whichever index holds it, as
   // within one index: which index a block is in must not decide (a stream's own block won every
   // tie, and a checkpointed loop's second pass laid out apart from its first). Not while aliasing:
-  // measured there, the address rule had the checkpointed GPT's third pass make 284 driver calls
-  // instead of 72 (docs/RESULTS.md, section 0).
+  // there the address rule kept a checkpointed loop calling the driver in its later passes
+  // (docs/RESULTS.md, section 0).
   if (own == nullptr ||
       (any != nullptr && (any->size < own->size || (!settings_.aliases && any->size == own->size &&
                                                      any->address < own->address)))) {

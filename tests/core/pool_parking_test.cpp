@@ -3,7 +3,7 @@
 // only where best fit would place the request (arena::parked_is_best_fit); anywhere else it goes
 // back to its free index first. Handing it out unconditionally took the request away from a block
 // of its size at a lower address, or from an exact fit while the parked block would have joined a
-// free neighbour, and held more than expandable segments on two of 164 traces (RESULTS section 0,
+// free neighbour, and held more than expandable segments where best fit did not (RESULTS section 0,
 // "The parked block and best fit").
 #include <gtest/gtest.h>
 

@@ -7,9 +7,8 @@
 // grown token by token, then a gradient step, in one process) is held to the same, and so is the
 // loader (traces/loader.csv.gz, a program whose peak in use grows for most of the trace): with a
 // growth budget of 1.5x peak in use it stole a free handle once while still growing, and the hole
-// the steal left in the free memory cost its first pass 0.013 (1.026 against expandable segments'
-// 1.013) and failed the GPU test of DESIGN 4 (1.02 through CuPy and PyTorch). The figures are in
-// docs/RESULTS.md, section 0.
+// the steal left in the free memory took its first pass above expandable segments' and past the
+// GPU test of DESIGN 4 (through CuPy and PyTorch). The figures are in docs/RESULTS.md, section 0.
 #include <gtest/gtest.h>
 
 #include <cstdio>
