@@ -23,13 +23,16 @@ import statistics
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train"))
+import catalog  # noqa: E402  (the allocators' settings, shared with the training benchmark)
+
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("allocator", choices=("default", "expandable", "tidepool", "async", "pluggable-async"))
     parser.add_argument("--pairs", type=int, default=20000, help="allocate + free pairs per round")
     args = parser.parse_args(argv)
-    conf = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}.get(args.allocator)
+    conf = catalog.alloc_conf(args.allocator)
     if conf is not None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = conf
     else:
@@ -41,10 +44,8 @@ def main(argv):
         import tidepool.torch
 
         tidepool.torch.use()
-    elif args.allocator == "pluggable-async":
-        shim = torch.cuda.memory.CUDAPluggableAllocator(os.environ["TIDEPOOL_BENCH_PLUGGABLE_ASYNC"],
-                                                        "tidepool_bench_async_alloc", "tidepool_bench_async_free")
-        torch.cuda.memory.change_current_allocator(shim)
+    elif args.allocator == catalog.PLUGGABLE_ASYNC:
+        catalog.use_pluggable_async(torch)
     device = torch.device("cuda")
     busy = torch.randn(4096, 4096, device=device)
 

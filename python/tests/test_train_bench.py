@@ -504,3 +504,23 @@ def test_the_table_says_what_the_pluggable_interface_cost():
     text = report.table(results)
     assert "hf-llama-rl: the pluggable interface costs +10.0% of the median step (100.0 -> 110.0 ms; paired 1.100)" in text
     assert report.interface_costs(results[:1]) == []
+
+
+def test_use_pluggable_async_routes_torch_to_the_named_library(monkeypatch):
+    calls = []
+
+    class Memory:
+        @staticmethod
+        def CUDAPluggableAllocator(path, alloc, free):
+            calls.append(("made", path, alloc, free))
+            return "shim"
+
+        @staticmethod
+        def change_current_allocator(allocator):
+            calls.append(("routed", allocator))
+
+    fake_torch = type("torch", (), {"cuda": type("cuda", (), {"memory": Memory})})
+    monkeypatch.setenv(catalog.PLUGGABLE_ASYNC_VARIABLE, "/b/libshim.so")
+    catalog.use_pluggable_async(fake_torch)
+    assert calls == [("made", "/b/libshim.so", "tidepool_bench_async_alloc", "tidepool_bench_async_free"),
+                     ("routed", "shim")]

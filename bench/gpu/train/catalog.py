@@ -39,6 +39,14 @@ def alloc_conf(allocator):
     return {"expandable": EXPANDABLE_CONF, ASYNC: ASYNC_CONF}.get(allocator)
 
 
+def use_pluggable_async(torch):
+    """Routes `torch`'s CUDA allocations to cudaMallocAsync behind the pluggable interface (the
+    library PLUGGABLE_ASYNC_VARIABLE names), before the first CUDA allocation."""
+    shim = torch.cuda.memory.CUDAPluggableAllocator(os.environ[PLUGGABLE_ASYNC_VARIABLE],
+                                                    "tidepool_bench_async_alloc", "tidepool_bench_async_free")
+    torch.cuda.memory.change_current_allocator(shim)
+
+
 @dataclasses.dataclass(frozen=True)
 class GPTSize:
     """A decoder-only transformer (workloads.GPT): width, depth, heads, vocabulary, longest sequence."""
@@ -265,8 +273,9 @@ def child_environment(base, allocator, python_root, record=None):
     if allocator == PLUGGABLE_ASYNC and not env.get(PLUGGABLE_ASYNC_VARIABLE):
         raise ValueError(f"allocator {PLUGGABLE_ASYNC!r} needs {PLUGGABLE_ASYNC_VARIABLE}: the path of "
                          "libtidepool_bench_pluggable_async.so (built in bench/gpu)")
-    if alloc_conf(allocator) is not None:
-        env["PYTORCH_CUDA_ALLOC_CONF"] = alloc_conf(allocator)
+    conf = alloc_conf(allocator)
+    if conf is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     paths = [python_root] + [p for p in base.get("PYTHONPATH", "").split(os.pathsep) if p and p != python_root]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["PYTHONUNBUFFERED"] = "1"

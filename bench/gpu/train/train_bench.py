@@ -219,9 +219,7 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
             tidepool.set_pool_options(**tidepool_options)
         tidepool.torch.use()  # before the first CUDA allocation
     if allocator == catalog.PLUGGABLE_ASYNC:
-        shim = torch.cuda.memory.CUDAPluggableAllocator(os.environ[catalog.PLUGGABLE_ASYNC_VARIABLE],
-                                                        "tidepool_bench_async_alloc", "tidepool_bench_async_free")
-        torch.cuda.memory.change_current_allocator(shim)
+        catalog.use_pluggable_async(torch)
     if not torch.cuda.is_available():
         raise RuntimeError("torch sees no CUDA device")
     for module in spec.modules:
