@@ -196,16 +196,20 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
     mapped += handle_size;
   }
 
-  // New handles for what stealing could not cover.
+  // New handles for what stealing could not cover: all of them within the byte cap and headroom,
+  // or none (the out-of-memory path then makes room for the whole request; handles made for part
+  // of it would only be handed back, and with them, by release_free's order, other cached ones).
   std::size_t new_bytes = 0;
   std::size_t remaining = failure == driver_status::success && w.map_bytes > mapped ? w.map_bytes - mapped : 0;
+  if (remaining > 0 && !within_limits(remaining, headroom_budget)) {
+    result = growth::no_memory;
+    remaining = 0;
+  }
+  std::vector<std::uint32_t> made;
   while (remaining > 0) {
     const std::size_t handle_size =
-        pages_.handle_size_for(partial_end && remaining > g ? remaining - g : remaining, where.settings().large_handles);
-    if (!within_limits(handle_size, headroom_budget)) {
-      result = growth::no_memory;
-      break;
-    }
+        pages_.handle_size_for(partial_end && remaining > g ? remaining - g : remaining,
+                              where.settings().large_handles, aliasing);
     std::uint32_t id = 0;
     status = pages_.create(handle_size, id);
     if (status == driver_status::out_of_memory) {
@@ -231,6 +235,18 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
     w.cursor += handle_size;
     remaining -= handle_size;
     new_bytes += handle_size;
+    made.push_back(id);
+  }
+  // The driver ran out part way: the handles made for this request go back, last first, so the
+  // pool is as it was before it (a failed unmap or release leaves the rest mapped and counted).
+  while (result == growth::no_memory && failure == driver_status::success && !made.empty()) {
+    const std::uint32_t id = made.back();
+    const std::size_t handle_size = pages_.record(id).size;
+    if (pages_.unmap(id) != driver_status::success) break;
+    w.cursor -= handle_size;
+    new_bytes -= handle_size;
+    made.pop_back();
+    (void)pages_.release(id);  // a failed release is kept by the page table and retried by release()
   }
   where.close_window(w, tick_);
   if (aliasing) {

@@ -2,11 +2,17 @@
 //
 // Handle size. The driver's cost is per handle, not per byte (DESIGN 2a: create, map, set access
 // and unmap cost about the same from 2 to 64 MiB), so growth in the large arenas maps as few
-// handles as it can: each as large as what is left to map, up to max_large_handle_granules
-// (64 MiB; beyond it a handle saves little driver time and makes release and stealing coarser:
-// the H200 figures are in docs/DESIGN.md). Small arenas use the granularity: small blocks share
-// pages, and a page goes back only when none of them is live. How large handles are split when a block would pin a
-// small part of one is placement.cpp's; the measured alternatives are in docs/RESULTS.md.
+// handles as it can: each as large as what is left to map, up to max_large_handle_granules.
+// That cap is the trade between first-pass driver time and what release can give back: a live
+// block pins every handle it touches, and a handle shared by several blocks (placement splits a
+// large handle only while it is wholly free) stays pinned by the last of them. At 24 MiB, a little
+// above expandable segments' 20 MiB pages, the loader's merged results leave no more than live
+// memory in pages + 2% after release; at 64 MiB they left 300 MiB more, in a few handles each
+// pinned by one small block. Regions that map idle handles a second time (aliases) keep 64 MiB:
+// an alias spans whole handles, and smaller ones made later passes map aliases again. Small
+// arenas use the granularity: small blocks share pages, and a page goes back only when none of
+// them is live. How large handles are split when a block would pin a small part of one is
+// placement.cpp's; the measured frontier is in docs/RESULTS.md.
 #include "core/page_table.hpp"
 
 #include <algorithm>
@@ -15,7 +21,8 @@
 
 namespace tidepool::detail {
 namespace {
-constexpr std::size_t max_large_handle_granules = 32;
+constexpr std::size_t max_large_handle_granules = 12;    // 24 MiB at the usual 2 MiB granularity
+constexpr std::size_t max_aliased_handle_granules = 32;  // 64 MiB
 }  // namespace
 
 void page_table::add_held(std::size_t bytes) noexcept {
@@ -184,9 +191,9 @@ driver_status page_table::add_peer(int peer) {
   return driver_status::success;
 }
 
-std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles) const noexcept {
+std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept {
   if (!large_handles) return granularity_;
-  return std::min(bytes, max_large_handle_granules * granularity_);
+  return std::min(bytes, (aliasing ? max_aliased_handle_granules : max_large_handle_granules) * granularity_);
 }
 
 // --- sleep and wake (pool::sleep, sleep_wake.cpp) ---

@@ -113,9 +113,9 @@ class page_table {
   void remove_held(std::size_t bytes) noexcept { held_ -= bytes; released_ += bytes; }
 
   /// Size of the next handle to create when `bytes` (a granularity multiple) are still to map, in
-  /// a region that may (`large_handles`) or may not use handles above the granularity: see the
-  /// policy in page_table.cpp.
-  [[nodiscard]] std::size_t handle_size_for(std::size_t bytes, bool large_handles) const noexcept;
+  /// a region that may (`large_handles`) or may not use handles above the granularity, and that
+  /// maps idle handles a second time (`aliasing`) or not: see the policy in page_table.cpp.
+  [[nodiscard]] std::size_t handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept;
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }

@@ -206,6 +206,29 @@ TEST(PoolOutOfMemory, OnlyWhatTheRequestLacksGoesBack) {
   checker.free(big);
 }
 
+// Growth that the driver refuses part way hands back the handles it made for the request, not
+// others: the cache loses only what the request lacks.
+TEST(PoolOutOfMemory, GrowthTheDriverRefusesPartWayHandsBackOnlyItsOwnHandles) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool_options options;
+  options.growth_slack = 0.5;  // growth makes new handles rather than steal: the driver stops it
+  pool p(sim, 0, options);
+  pool_checker checker(*sim, p);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 100; ++i) blocks.push_back(checker.allocate(2 * MiB));
+  for (std::size_t i = 0; i < blocks.size(); i += 2) checker.free(blocks[i]);
+  const pool_stats before = p.stats();
+  ASSERT_EQ(before.mapped_bytes, 200 * MiB);
+  // The driver has 56 MiB left: the first handles of an 80 MiB growth are made, a later one refused.
+  void* big = checker.allocate(80 * MiB);
+  const pool_stats after = p.stats();
+  EXPECT_LE(after.mapped_bytes, 256 * MiB);
+  EXPECT_GE(after.cached_bytes, before.cached_bytes - 24 * MiB - 2 * MiB) << "more of the cache went than the request lacked";
+  checker.check();
+  checker.check_patterns();
+  checker.free(big);
+}
+
 TEST(PoolOutOfMemory, ByteCapAndHeadroom) {
   auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
   pool_options options;

@@ -156,14 +156,17 @@ struct carve_outcome {
   std::size_t held_after_release = 0;
 };
 
+// The largest handle growth makes in a large region (page_table.cpp).
+constexpr std::size_t largest_handle = 24 * MiB;
+
 carve_outcome carve_from_own_free(double work_us, std::size_t kept_bytes) {
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  void* whole = checker.allocate(64 * MiB);  // one 64 MiB handle
+  void* whole = checker.allocate(largest_handle);  // one handle
   checker.free_after_work(whole, work_us);
   void* kept = checker.allocate(kept_bytes);  // same stream: carved from that handle
-  void* rest = checker.allocate(64 * MiB - kept_bytes);
+  void* rest = checker.allocate(largest_handle - kept_bytes);
   checker.check();
   checker.free(rest);
   sim->run_until_idle();
@@ -176,15 +179,15 @@ carve_outcome carve_from_own_free(double work_us, std::size_t kept_bytes) {
 }
 
 TEST(PoolRelease, ABlockCarvedFromItsOwnStreamsCompletedFreeSplitsTheHandle) {
-  EXPECT_EQ(carve_from_own_free(0.0, 8 * MiB).held_after_release, 8 * MiB);
-  // Covering 40 of 64 MiB still splits: a block keeps a handle whole only from three quarters on.
-  EXPECT_EQ(carve_from_own_free(0.0, 40 * MiB).held_after_release, 40 * MiB);
-  EXPECT_EQ(carve_from_own_free(0.0, 48 * MiB).held_after_release, 64 * MiB);
+  EXPECT_EQ(carve_from_own_free(0.0, 4 * MiB).held_after_release, 4 * MiB);
+  // Covering 16 of 24 MiB still splits: a block keeps a handle whole only from three quarters on.
+  EXPECT_EQ(carve_from_own_free(0.0, 16 * MiB).held_after_release, 16 * MiB);
+  EXPECT_EQ(carve_from_own_free(0.0, 18 * MiB).held_after_release, largest_handle);
 }
 
 TEST(PoolRelease, ABlockCarvedWhileItsStreamsFreeIsQueuedLeavesTheHandleWhole) {
   // The checker counts any unmap under queued work; the handle must stay whole and mapped.
-  EXPECT_EQ(carve_from_own_free(1000.0, 8 * MiB).held_after_release, 64 * MiB);
+  EXPECT_EQ(carve_from_own_free(1000.0, 4 * MiB).held_after_release, largest_handle);
 }
 
 // A block that touches every granule of a large handle it cuts keeps the handle whole, though it
