@@ -99,8 +99,11 @@ class scoped_tag {
 struct sharing_options {
   bool enabled = true;  ///< ask the others before failing, and join the ledgers
   bool gives = true;    ///< hand cached memory to the processes that ask
-  /// How long one out-of-memory path waits for the others' answers, in all.
-  std::chrono::milliseconds wait{100};
+  /// How long one out-of-memory path waits for the others' answers, in all. A second: a
+  /// neighbour gives back about 1-3 ms per GiB of its cache on an H200 (the driver's unmap and
+  /// release per handle), so half of a 141 GiB GPU comes back well within it, and the wait is
+  /// paid only by an allocation that would otherwise fail.
+  std::chrono::milliseconds wait{1000};
 };
 
 /// The options in force.

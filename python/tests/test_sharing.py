@@ -25,7 +25,7 @@ def test_options_round_trip_and_bad_values_are_refused():
         print(tidepool.get_sharing_options())
     """)
     lines = out.strip().splitlines()
-    assert lines[0] == "{'enabled': True, 'gives': True, 'wait_ms': 100}"
+    assert lines[0] == "{'enabled': True, 'gives': True, 'wait_ms': 1000}"
     assert lines[1] == "{'enabled': True, 'gives': False, 'wait_ms': 25}"
     assert lines[2:6] == ["TypeError", "InvalidArgumentError", "InvalidArgumentError", "TypeError"]
     assert lines[6] == lines[1]

@@ -43,7 +43,7 @@ struct sharing_state {
   std::string options_error;
   std::atomic<bool> enabled{true};
   std::atomic<bool> gives{true};
-  std::atomic<std::uint64_t> wait_ms{100};
+  std::atomic<std::uint64_t> wait_ms{1000};
   std::uint64_t publish_ms = 100;
   std::string directory;
   std::map<int, std::shared_ptr<device_share>> devices;
