@@ -8,11 +8,11 @@
 // large handle only while it is wholly free) stays pinned by the last of them. At 24 MiB, a little
 // above expandable segments' 20 MiB pages, what the loader keeps live holds within live + 2% +
 // 64 MiB after release (the H200 retention test's bound); at 64 MiB it held 130 MiB past that, in
-// a few handles each pinned by one small block. Regions that map idle handles a second time (aliases) keep 64 MiB:
-// an alias spans whole handles, and smaller ones made later passes map aliases again. Small
-// arenas use the granularity: small blocks share pages, and a page goes back only when none of
-// them is live. How large handles are split when a block would pin a small part of one is
-// placement.cpp's; the measured frontier is in docs/RESULTS.md.
+// a few handles each pinned by one small block. Regions that map idle handles a second time
+// (aliases) keep 64 MiB: an alias spans whole handles, and smaller ones made later passes map
+// aliases again. Small arenas use the granularity: small blocks share pages, and a page goes back
+// only when none of them is live. How large handles are split when a block would pin a small part
+// of one is placement.cpp's; the measured frontier is in docs/RESULTS.md.
 #include "core/page_table.hpp"
 
 #include <algorithm>

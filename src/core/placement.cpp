@@ -7,17 +7,17 @@
 // than expandable segments on many more traces (docs/RESULTS.md, section 0).
 //
 // In the large arenas handles are as large as the growth that made them (up to 24 MiB, 64 MiB
-// while aliasing: page_table.cpp), and a handle goes back whole or not at all. Placement itself ignores handles:
-// it is best fit, so a loop whose shapes repeat or drift finds the places it had, and the layout
-// settles (placement that avoided cutting handles distorted best fit and never settled). When a
-// block would cut a large handle that lies wholly inside the free block it is carved from, and
-// covers less than three quarters of it, the handle is replaced by handles split where the block's
-// granules begin and end (repair_worthwhile, remap_split): a block that outlives its neighbours
-// then pins its own granules, not the rest of a large handle. A block covering three quarters or
-// more keeps the handle whole: it pins at most a quarter of the handle (6 MiB of a 24 MiB one, less
-// than one 20 MiB page of PyTorch's expandable segments), and the same shapes coming back cost
-// nothing. So does a block that touches every granule of the handle: it pins the whole handle by
-// itself.
+// while aliasing: page_table.cpp), and a handle goes back whole or not at all. Placement itself
+// ignores handles: it is best fit, so a loop whose shapes repeat or drift finds the places it had,
+// and the layout settles (placement that avoided cutting handles distorted best fit and never
+// settled). When a block would cut a large handle that lies wholly inside the free block it is
+// carved from, and covers less than three quarters of it, the handle is replaced by handles split
+// where the block's granules begin and end (repair_worthwhile, remap_split): a block that outlives
+// its neighbours then pins its own granules, not the rest of a large handle. A block covering
+// three quarters or more keeps the handle whole: it pins at most a quarter of the handle (6 MiB of
+// a 24 MiB one, less than one 20 MiB page of PyTorch's expandable segments), and the same shapes
+// coming back cost nothing. So does a block that touches every granule of the handle: it pins the
+// whole handle by itself.
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
 // known complete (the pool queries the covering event), and otherwise leaves the handle whole.
