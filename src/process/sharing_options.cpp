@@ -50,7 +50,8 @@ void read_options(sharing_state& s) {
   try {
     s.enabled = parse_switch("TIDEPOOL_SHARING", environment("TIDEPOOL_SHARING"), true);
     s.gives = parse_switch("TIDEPOOL_SHARING_GIVES", environment("TIDEPOOL_SHARING_GIVES"), true);
-    s.wait_ms = parse_ms("TIDEPOOL_SHARING_WAIT_MS", environment("TIDEPOOL_SHARING_WAIT_MS"), 1000, longest_wait_ms);
+    s.wait_ms = parse_ms("TIDEPOOL_SHARING_WAIT_MS", environment("TIDEPOOL_SHARING_WAIT_MS"), default_wait_ms,
+                         longest_wait_ms);
     s.publish_ms = parse_ms("TIDEPOOL_SHARING_PUBLISH_MS", environment("TIDEPOOL_SHARING_PUBLISH_MS"), 100, 10'000);
     if (s.publish_ms == 0) s.publish_ms = 1;
   } catch (const error& e) {

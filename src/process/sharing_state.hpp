@@ -15,10 +15,13 @@
 
 #include "process/ledger.hpp"
 #include "tidepool/driver.hpp"
+#include "tidepool/process.hpp"
 
 namespace tidepool::detail {
 
 inline constexpr std::uint64_t longest_wait_ms = 60'000;
+// The wait when neither TIDEPOOL_SHARING_WAIT_MS nor set_sharing_options says: the public default.
+inline constexpr std::uint64_t default_wait_ms = static_cast<std::uint64_t>(sharing_options{}.wait.count());
 /// How long stopping waits for a helper thread (one stuck in a hook is left behind).
 inline constexpr auto stop_wait = std::chrono::seconds(1);
 
@@ -43,7 +46,7 @@ struct sharing_state {
   std::string options_error;
   std::atomic<bool> enabled{true};
   std::atomic<bool> gives{true};
-  std::atomic<std::uint64_t> wait_ms{1000};
+  std::atomic<std::uint64_t> wait_ms{default_wait_ms};
   std::uint64_t publish_ms = 100;
   std::string directory;
   std::map<int, std::shared_ptr<device_share>> devices;
