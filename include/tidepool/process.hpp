@@ -99,10 +99,10 @@ class scoped_tag {
 struct sharing_options {
   bool enabled = true;  ///< ask the others before failing, and join the ledgers
   bool gives = true;    ///< hand cached memory to the processes that ask
-  /// How long one out-of-memory path waits for the others' answers, in all. A second: a
-  /// neighbour gives back about 1-3 ms per GiB of its cache on an H200 (the driver's unmap and
-  /// release per handle), so half of a 141 GiB GPU comes back well within it, and the wait is
-  /// paid only by an allocation that would otherwise fail.
+  /// How long one out-of-memory path waits for the others' answers, in all. A neighbour gives
+  /// its cache back handle by handle (an unmap and a release each), so a large cache takes a
+  /// while; the wait is paid only by an allocation that would otherwise fail (the rates measured
+  /// on an H200 are in docs/RESULTS.md).
   std::chrono::milliseconds wait{1000};
 };
 

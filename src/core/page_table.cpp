@@ -5,10 +5,10 @@
 // handles as it can: each as large as what is left to map, up to max_large_handle_granules.
 // That cap is the trade between first-pass driver time and what release can give back: a live
 // block pins every handle it touches, and a handle shared by several blocks (placement splits a
-// large handle only while it is wholly free) stays pinned by the last of them. At 24 MiB, a little
-// above expandable segments' 20 MiB pages, what the loader keeps live holds within live + 2% +
-// 64 MiB after release (the H200 retention test's bound); at 64 MiB it held 130 MiB past that, in
-// a few handles each pinned by one small block. Regions that map idle handles a second time
+// large handle only while it is wholly free) stays pinned by the last of them. 24 MiB, a little
+// above expandable segments' 20 MiB pages, is the largest cap measured at which what the loader
+// keeps live holds within the H200 retention test's bound after release; larger caps left handles
+// each pinned by one small block (docs/RESULTS.md, section 0). Regions that map idle handles a second time
 // (aliases) keep 64 MiB: an alias spans whole handles, and smaller ones made later passes map
 // aliases again. Small arenas use the granularity: small blocks share pages, and a page goes back
 // only when none of them is live. How large handles are split when a block would pin a small part
