@@ -56,9 +56,11 @@ class arena {
 
   // --- fast path ---
   /// A free mapped block of at least `bytes` reusable on stream `slot`, split to `bytes` and
-  /// marked live; nullptr if none.
-  [[nodiscard]] block* take(std::size_t bytes, std::uint32_t slot) {
-    if (bytes >= granularity_ || guards_large_handles_) return take_placed(bytes, slot);
+  /// marked live; nullptr if none. With `may_wait`, nullptr also when the best fit would cut a
+  /// handle that wake() joined while stream `slot`'s frees there are not known complete
+  /// (waits_for_frees() then says so): the pool waits for the stream and takes again.
+  [[nodiscard]] block* take(std::size_t bytes, std::uint32_t slot, bool may_wait = false) {
+    if (bytes >= granularity_ || guards_large_handles_) return take_placed(bytes, slot, may_wait);
     block* own = slots_[slot]->find(bytes);
     block* any = slot != 0 ? slots_[0]->find(bytes) : nullptr;
     block* b = (own != nullptr && (any == nullptr || own->size <= any->size)) ? own : any;
@@ -69,6 +71,8 @@ class arena {
     b->owner = slot;
     return b;
   }
+  /// Whether the last take(..., true) declined to wait for the stream's frees (see take()).
+  [[nodiscard]] bool waits_for_frees() const noexcept { return waits_for_frees_; }
   /// Whether parked block `p` (its stream's last free, in no index), given back to free index
   /// `free_slot` and then asked for again by a request of its size on stream `slot`, would be
   /// served at its own address by take(): given back it becomes `p` joined with a free neighbour
@@ -240,7 +244,7 @@ class arena {
 
   // take() for requests of a granule or more (placement.cpp): placed to touch as few granules as
   // possible, and in an arena of large handles, never cutting a large handle (see placement.cpp).
-  block* take_placed(std::size_t bytes, std::uint32_t slot);
+  block* take_placed(std::size_t bytes, std::uint32_t slot, bool may_wait);
   // index.find(bytes), passing over up to max_frontier_skips blocks at the frontier (placement.cpp).
   block* find_inside(free_index& index, std::size_t bytes);
   // Whether free block `b` has unmapped room directly above it (growth could extend it).
@@ -384,6 +388,8 @@ class arena {
   // aliases' refusals passed over. note_alias_growth() adds up what such growth made past the
   // alias budget and stops aliasing once it is too much.
   bool refused_miss_ = false;
+  bool may_wait_for_frees_ = false;  // take(..., may_wait)
+  bool waits_for_frees_ = false;     // waits_for_frees()
   std::size_t refused_growth_ = 0;
   bool aliasing_stopped_ = false;
   // Set by take_placed() when it declined a wasteful fit for an extension; open_window() prefers it.

@@ -42,7 +42,13 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   // chase each other through this path for ever and the pool never grows to the threads' working
   // set (docs/RESULTS.md, section 8). Past the budget they come back before growth steals.
   settle_frees_keeping_lent();
-  if (block* b = where.take(size, s.slot)) return b;
+  if (block* b = where.take(size, s.slot, true)) return b;
+  // The best fit cuts a handle that wake() joined, and this stream's frees there are not known
+  // complete: wait for them, so the handle is split rather than kept whole under a smaller block.
+  if (where.waits_for_frees()) {
+    wait_for_stream(s);
+    if (block* b = where.take(size, s.slot)) return b;
+  }
   if (lent_count_ != 0 && beyond_growth_budget(size)) {
     take_back_lent(false);
     if (block* b = where.take(size, s.slot)) return b;

@@ -193,7 +193,11 @@ driver_status page_table::add_peer(int peer) {
 
 std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept {
   if (!large_handles) return granularity_;
-  return std::min(bytes, (aliasing ? max_aliased_handle_granules : max_large_handle_granules) * granularity_);
+  return std::min(bytes, largest_growth_handle(aliasing));
+}
+
+std::size_t page_table::largest_growth_handle(bool aliasing) const noexcept {
+  return (aliasing ? max_aliased_handle_granules : max_large_handle_granules) * granularity_;
 }
 
 // --- sleep and wake (pool::sleep, sleep_wake.cpp) ---
@@ -243,6 +247,16 @@ driver_status page_table::wake_handle(std::uint32_t id) {
   h.handle = handle;
   add_held(h.size);
   return driver_status::success;
+}
+
+void page_table::join_slept(std::uint32_t first, std::uint32_t next) noexcept {
+  handle_record& joined = handles_[first];
+  handle_record& h = handles_[next];
+  const std::size_t from = (h.at - h.range->base) / granularity_;
+  std::fill_n(h.range->page_handle.begin() + static_cast<std::ptrdiff_t>(from), h.size / granularity_, first);
+  joined.size += h.size;
+  h = handle_record{};
+  free_ids_.push_back(next);
 }
 
 void page_table::forget_slept(std::uint32_t id) noexcept {

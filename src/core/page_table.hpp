@@ -116,6 +116,9 @@ class page_table {
   /// a region that may (`large_handles`) or may not use handles above the granularity, and that
   /// maps idle handles a second time (`aliasing`) or not: see the policy in page_table.cpp.
   [[nodiscard]] std::size_t handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept;
+  /// The largest handle growth makes in a large region that aliases or not (handle_size_for's cap).
+  /// Only wake() makes larger ones (join_slept).
+  [[nodiscard]] std::size_t largest_growth_handle(bool aliasing) const noexcept;
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }
@@ -144,6 +147,9 @@ class page_table {
   /// Creates a handle of slept `id`'s size and maps it where it was (with the peers' access).
   /// On failure nothing changed.
   driver_status wake_handle(std::uint32_t id);
+  /// Joins slept handle `next`, which begins where slept handle `first` ends in the same range,
+  /// into `first`: wake_handle() then makes one handle of both sizes there. `next`'s id is free.
+  void join_slept(std::uint32_t first, std::uint32_t next) noexcept;
   /// Whether handle `id` is asleep.
   [[nodiscard]] bool asleep(std::uint32_t id) const noexcept { return handles_[id].size != 0 && handles_[id].handle == 0; }
   /// Forgets slept handle `id` with no driver call (its memory went back when it slept): its

@@ -21,6 +21,11 @@
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
 // known complete (the pool queries the covering event), and otherwise leaves the handle whole.
+// Handles that wake() joined under one live block (sleep_wake.cpp) are larger than growth makes:
+// the first block that cuts one splits it back into growth's sizes, and rather than leave it whole
+// for want of the stream's frees, the pool waits for them (take()'s may_wait, growth.cpp), once
+// per joined handle; a block covering three quarters of one keeps it whole only if the rest is no
+// more than a quarter of growth's largest handle.
 //
 // The frontier: a free block with unmapped room above it is where growth extends cheaply (a request
 // larger than the block maps only the difference). Best fit passes over such a block when another
@@ -65,8 +70,10 @@ block* arena::find_inside(free_index& index, std::size_t bytes) {
   return b != nullptr ? b : skipped[0];
 }
 
-block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
+block* arena::take_placed(std::size_t bytes, std::uint32_t slot, bool may_wait) {
   refused_miss_ = false;
+  may_wait_for_frees_ = may_wait;
+  waits_for_frees_ = false;
   block* own = find_allowed(*slots_[slot], bytes, slot);
   block* any = slot != 0 ? find_allowed(*slots_[0], bytes, slot) : nullptr;
   block* first = own;
@@ -106,6 +113,7 @@ block* arena::take_placed(std::size_t bytes, std::uint32_t slot) {
       if (settings_.aliases) count_live(*b, +1, slot, 0);
       return b;
     }
+    if (waits_for_frees_) return nullptr;
   }
   // A miss that only aliases' refusals caused (a free block fits): growth tells note_alias_growth().
   refused_miss_ = aliasing() && pages_.aliased_handles() != 0 &&
@@ -140,13 +148,16 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // Splitting needs the handle wholly free (inside c).
   if (h.at < c->address || h.at + h.size > c->end()) return false;
   // A block that covers three quarters of the handle or more keeps it whole: it pins at most a
-  // quarter more, and leaving the handle as it is costs no driver call (the same shapes come back
-  // step after step). A block that covers less would pin the rest of a large handle for as long as
-  // it lives, and whatever is placed in that rest later pins the block's part.
+  // quarter more (of the largest handle growth makes: one that wake() joined can be far larger),
+  // and leaving the handle as it is costs no driver call (the same shapes come back step after
+  // step). A block that covers less would pin the rest of a large handle for as long as it lives,
+  // and whatever is placed in that rest later pins the block's part.
   const device_address from = std::max(h.at, start);
   const device_address to = std::min(h.at + h.size, end);
   const std::size_t covered = to > from ? to - from : 0;
-  if (4 * covered >= 3 * h.size) return false;
+  if (4 * covered >= 3 * h.size && 4 * (h.size - covered) <= pages_.largest_growth_handle(settings_.aliases)) {
+    return false;
+  }
   // A block that touches every granule of the handle pins all of it while it lives, split or not:
   // the split would only give its edge granules handles of their own, for neighbours that might
   // outlive it, at the price of an unmap, a release and a handle per piece.
@@ -155,7 +166,14 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // its frees known complete (one event query; a block freed a moment ago by a stream whose GPU
   // work is still queued keeps its handle whole).
   if (c->owner == 0) return true;
-  return c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence);
+  if (c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence)) return true;
+  // Kept whole, a handle that wake() joined (larger than growth makes) would be pinned whole by a
+  // small block: the pool waits for the stream instead, then takes again (take()'s may_wait), once
+  // per joined handle, since its pieces are growth's sizes.
+  if (may_wait_for_frees_ && c->owner == slot && h.size > pages_.largest_growth_handle(settings_.aliases)) {
+    waits_for_frees_ = true;
+  }
+  return false;
 }
 
 block* arena::place(block* c, std::size_t bytes, std::uint32_t slot, device_address start) {
@@ -184,6 +202,7 @@ block* arena::place(block* c, std::size_t bytes, std::uint32_t slot, device_addr
   const std::uint32_t high_id = pages_.handle_at(*c->range, round_up(end, g) - g);
   consider(low_id);
   if (high_id != low_id) consider(high_id);
+  if (waits_for_frees_) return nullptr;  // c untouched, still in its index
 
   slots_[c->owner]->remove(c);
   std::array<span, 2> rooms{};
@@ -219,10 +238,16 @@ bool arena::remap_split(std::uint32_t id, address_range& range, const std::array
   // A failed release is kept by the page table (still held) and retried by release(); no pieces
   // are made then, or the pool would hold the handle twice over, past a byte cap.
   if (pages_.release(id) != driver_status::success) return false;
+  // No piece is larger than growth makes handles: a handle that wake() joined is split back to
+  // growth's sizes, so it is waited for (repair_worthwhile) once.
+  const std::size_t largest = pages_.largest_growth_handle(settings_.aliases);
+  const device_address end = h.at + h.size;
   device_address from = h.at;
-  for (unsigned i = 0; i <= splits.size(); ++i) {
-    const device_address to = i < splits.size() ? splits[i] : h.at + h.size;
-    if (to <= from || to > h.at + h.size) continue;
+  unsigned next = 0;
+  while (from < end) {
+    while (next < splits.size() && splits[next] <= from) ++next;
+    device_address to = next < splits.size() ? std::min(splits[next], end) : end;
+    if (to - from > largest) to = from + largest;
     std::uint32_t fresh = 0;
     if (pages_.create(to - from, fresh) != driver_status::success) return false;
     if (pages_.map(fresh, range, from) != driver_status::success) {

@@ -79,7 +79,7 @@ class pool_impl {
         s->parked = nullptr;
         b->owner_arena->give_back(b, free_slot(*s, b->free_sequence), b->free_sequence, b->freed_tick);
       }
-      b = where.take(size, s->slot);
+      b = where.take(size, s->slot, true);
       if (b == nullptr) {
         const stream_hold hold(*s);  // the slow path recycles idle streams' slots, and may drop the lock
         cover_frees(*s);
@@ -257,6 +257,9 @@ class pool_impl {
   [[noreturn]] void throw_asleep(std::size_t bytes) const;
   /// Waits for the work queued on every stream that may use the pool's memory (sleep).
   void wait_for_streams_in_use();
+  /// Joins the slept handles lying wholly inside one live block, so that wake() makes one handle
+  /// where growth had made several; drops the joined ids from sleep_ids_.
+  void join_slept_handles();
   /// Sleeps the first `count` of sleep_ids_ again after a failed wake (their contents are still in
   /// the host copy); false if one could not be.
   bool undo_wake(std::size_t count);

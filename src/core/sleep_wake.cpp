@@ -9,6 +9,13 @@
 // sleeping, the cache goes back as release() would (whole free handles), so what sleeps is only
 // what live blocks touch; the bytes returned are the sum, exact.
 //
+// Slept handles lying wholly inside one live block are joined (up to max_joined_handle_bytes), so
+// wake makes one handle where growth made several: the driver's cost is per handle (DESIGN 2a),
+// and growth keeps handles small only so that a block pins little of a handle other blocks share,
+// which a handle under one block is not. Once that block is freed, the first smaller block placed
+// there splits the handle back into growth's sizes, waiting for its stream's frees if it must
+// (placement.cpp, growth.cpp): kept whole, a small block would pin all of it.
+//
 // Waiting: the driver does not wait before unmapping (docs/DESIGN.md, H200 point 3), so sleep
 // waits for the work queued on every stream the pool's blocks were allocated, freed or recorded
 // on, with an event recorded on each (cheaper than a device-wide wait, which would also wait for
@@ -36,6 +43,9 @@ namespace tidepool::detail {
 namespace {
 
 constexpr std::size_t everything = std::numeric_limits<std::size_t>::max();
+// The largest handle DESIGN 2a measured: its create, map and set access cost what a 64 MiB one's
+// do within 4x, its release about the same per byte.
+constexpr std::size_t max_joined_handle_bytes = std::size_t{2} << 30;
 constexpr std::uint64_t any_tick = std::numeric_limits<std::uint64_t>::max();
 
 // Out of memory in wake(): the report's figures, and a message that says the pool is still asleep.
@@ -275,7 +285,41 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
     (void)undo_wake(woken);
     throw_driver(device_, "sleep (unmapping a handle; the memory is asleep in part: wake() restores it)", status);
   }
+  join_slept_handles();
   return released;
+}
+
+void pool_impl::join_slept_handles() {
+  const std::size_t g = pages_.granularity();
+  bool joined = false;
+  for (const auto& a : arenas_) {
+    // Not where handles are mapped twice: an alias spans whole handles (aliases.cpp).
+    if (!a->guards_large_handles() || a->settings().aliases) continue;
+    a->for_each_block([&](const block& b) {
+      if (b.state != block_state::live || b.range == nullptr || b.range->segment) return;
+      std::uint32_t run = page_table::no_handle;
+      for (device_address page = round_up(b.address, g); page + g <= b.end();) {
+        const std::uint32_t id = pages_.handle_at(*b.range, page);
+        if (id == page_table::no_handle) {
+          run = page_table::no_handle;
+          page += g;
+          continue;
+        }
+        const page_table::handle_record& h = pages_.record(id);
+        const device_address next = h.at + h.size;
+        if (h.at < b.address || next > b.end() || !pages_.asleep(id)) {
+          run = page_table::no_handle;
+        } else if (run != page_table::no_handle && pages_.record(run).size + h.size <= max_joined_handle_bytes) {
+          pages_.join_slept(run, id);
+          joined = true;
+        } else {
+          run = id;
+        }
+        page = next;
+      }
+    });
+  }
+  if (joined) std::erase_if(sleep_ids_, [&](std::uint32_t id) { return !pages_.asleep(id); });
 }
 
 bool pool_impl::undo_wake(std::size_t count) {

@@ -299,6 +299,112 @@ TEST(PoolSleep, APoolDestroyedAsleepHandsBackItsHostCopy) {
   EXPECT_EQ(calls.of(driver_call::mem_release), 0u);
 }
 
+constexpr std::size_t GiB = std::size_t{1} << 30;
+// The largest handle growth makes outside regions that alias (page_table.cpp).
+constexpr std::size_t largest_growth_handle = 24 * MiB;
+
+// Handles of `p` that lie wholly inside one live block (any size), and the sizes of the others.
+struct handle_layout {
+  std::vector<std::size_t> under_one_block;
+  std::vector<std::size_t> elsewhere;
+};
+
+handle_layout layout_of(pool& p) {
+  const pool_description d = p.describe();
+  handle_layout out;
+  for (const handle_description& h : d.handles) {
+    const bool under_one = std::any_of(d.blocks.begin(), d.blocks.end(), [&](const block_description& b) {
+      return b.state == block_description::status::live && b.address <= h.address &&
+             h.address + h.size <= b.address + b.size;
+    });
+    (under_one ? out.under_one_block : out.elsewhere).push_back(h.size);
+  }
+  return out;
+}
+
+TEST(PoolSleep, HandlesUnderOneLiveBlockWakeAsOneAndSplitBackToGrowthsSizes) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  std::mt19937_64 rng(17);
+  // 256 MiB from growth: several handles of at most the growth cap, all under the one block.
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  std::vector<filled> blocks;
+  blocks.push_back(fill(*sim, checker, checker.allocate(256 * MiB, s), 256 * MiB, rng));
+  blocks.push_back(fill(*sim, checker, checker.allocate(3 * MiB + 100), 3 * MiB + 100, rng));
+  const handle_layout grown = layout_of(p);
+  ASSERT_GE(grown.under_one_block.size(), 256 / 24 + 1);
+  for (std::size_t size : grown.under_one_block) EXPECT_LE(size, largest_growth_handle);
+
+  const std::size_t held = sim->physical_bytes(0);
+  EXPECT_EQ(p.sleep(sleep_keep::contents), held);
+  sim->reset_call_counts();
+  p.wake();
+  const handle_layout woken = layout_of(p);
+  ASSERT_FALSE(woken.under_one_block.empty());
+  EXPECT_EQ(*std::max_element(woken.under_one_block.begin(), woken.under_one_block.end()), 256 * MiB)
+      << "the big block's handles woke as one";
+  EXPECT_EQ(sim->call_counts().of(driver_call::mem_create), woken.under_one_block.size() + woken.elsewhere.size());
+  EXPECT_LT(woken.under_one_block.size() + woken.elsewhere.size(), grown.under_one_block.size())
+      << "fewer handles made by the wake than growth made";
+  EXPECT_EQ(sim->physical_bytes(0), held) << "the same bytes, in fewer handles";
+  for (const filled& f : blocks) expect_same(*sim, f);
+  checker.check();
+  checker.check_patterns();
+
+  // A second sleep unmaps and releases the joined handle as one.
+  sim->reset_call_counts();
+  EXPECT_EQ(p.sleep(sleep_keep::contents), held);
+  EXPECT_EQ(sim->call_counts().of(driver_call::mem_release), woken.under_one_block.size() + woken.elsewhere.size());
+  p.wake();
+  for (const filled& f : blocks) expect_same(*sim, f);
+
+  // Freed, the joined handle is split back to growth's sizes by the first smaller block placed in
+  // it, which waits for its stream's frees to complete (once): kept whole, the block would pin all
+  // of it. A later block finds growth's handles and waits for nothing.
+  checker.free_after_work(blocks[0].ptr, 500.0);  // the GPU still busy with it on `s`
+  blocks.erase(blocks.begin());
+  const handle_layout freed = layout_of(p);
+  ASSERT_FALSE(freed.elsewhere.empty());
+  EXPECT_GT(*std::max_element(freed.elsewhere.begin(), freed.elsewhere.end()), largest_growth_handle)
+      << "a joined handle, free";
+  for (std::size_t size : {200 * MiB, 10 * MiB + 4096}) {
+    const std::uint64_t waits = sim->call_counts().of(driver_call::event_synchronize);
+    void* placed = checker.allocate(size, s);
+    const handle_layout split = layout_of(p);
+    for (std::size_t h : split.under_one_block) EXPECT_LE(h, largest_growth_handle) << size << " placed";
+    for (std::size_t h : split.elsewhere) EXPECT_LE(h, largest_growth_handle) << size << " placed";
+    EXPECT_EQ(sim->call_counts().of(driver_call::event_synchronize) - waits, size == 200 * MiB ? 1u : 0u);
+    checker.check();
+    checker.free(placed);
+  }
+  for (const filled& f : blocks) expect_same(*sim, f);
+  const std::size_t releasable = p.describe().releasable_bytes;
+  EXPECT_GE(releasable, 256 * MiB);
+  EXPECT_EQ(p.release(), releasable) << "release stays exact";
+  checker.check();
+  checker.check_patterns();
+}
+
+TEST(PoolSleep, AJoinedHandleStopsAtTwoGiB) {
+  auto sim = std::make_shared<sim_driver>();  // an H200's capacity, no host memory behind it
+  pool p(sim, 0);
+  void* big = p.allocate(4 * GiB + 512 * MiB);
+  (void)p.sleep(sleep_keep::nothing);
+  p.wake();
+  std::vector<std::size_t> sizes;
+  for (const handle_description& h : p.describe().handles) sizes.push_back(h.size);
+  std::sort(sizes.rbegin(), sizes.rend());
+  ASSERT_EQ(sizes.size(), 3u) << "joined into runs of at most 2 GiB";
+  EXPECT_LE(sizes[0], 2 * GiB);
+  EXPECT_GT(sizes[1], 2 * GiB - largest_growth_handle);
+  EXPECT_EQ(sizes[0] + sizes[1] + sizes[2], 4 * GiB + 512 * MiB);
+  p.deallocate(big);
+  EXPECT_EQ(p.release(), 4 * GiB + 512 * MiB);
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+}
+
 TEST(PoolSleep, WithoutTheVirtualMemoryApiSleepIsUnavailable) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB, /*virtual_memory=*/false));
   pool p(sim, 0);
