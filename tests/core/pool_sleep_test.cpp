@@ -339,6 +339,12 @@ TEST(PoolSleep, HandlesUnderOneLiveBlockWakeAsOneAndSplitBackToGrowthsSizes) {
 
   const std::size_t held = sim->physical_bytes(0);
   EXPECT_EQ(p.sleep(sleep_keep::contents), held);
+  // A wake that the driver refuses part way stays asleep with the joined records, and wakes later.
+  sim->fail_nth(driver_call::mem_map, 2, driver_status::error);
+  EXPECT_EQ(code_of([&] { p.wake(); }), error_code::driver_failure);
+  EXPECT_TRUE(p.asleep());
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  EXPECT_EQ(p.stats().asleep_bytes, held);
   sim->reset_call_counts();
   p.wake();
   const handle_layout woken = layout_of(p);
