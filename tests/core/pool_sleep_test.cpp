@@ -1,10 +1,12 @@
 // Sleep and wake (issue 13) on a host-backed sim: every byte comes back at the same address, the
 // bytes handed back are exact, nothing is unmapped under queued work, allocation while asleep is
 // refused and freeing works, a wake that finds no room (or a failing driver) leaves the pool
-// asleep with its contents, and the checker's invariants hold after every step.
+// asleep with its contents, handles under one live block wake as one and are split back when
+// reused, and the checker's invariants hold after every step, also under random work.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -408,6 +410,64 @@ TEST(PoolSleep, AJoinedHandleStopsAtTwoGiB) {
   EXPECT_EQ(sizes[0] + sizes[1] + sizes[2], 4 * GiB + 512 * MiB);
   p.deallocate(big);
   EXPECT_EQ(p.release(), 4 * GiB + 512 * MiB);
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+}
+
+// Allocations of every size on two streams, frees behind queued work, and a sleep keeping the
+// contents every few dozen operations: after each wake every live block holds its bytes, nothing
+// was unmapped under queued work, the checker's invariants hold, and release() stays exact. Joined
+// handles are freed and reused between sleeps, so their split back runs here under every mix.
+TEST(PoolSleep, RandomWorkAroundSleepsKeepsEveryByteAndEveryInvariant) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  stream_t side = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &side), driver_status::success);
+  std::mt19937_64 rng(29);
+  std::vector<void*> live;
+  std::size_t live_bytes = 0;
+  std::vector<std::size_t> sizes_of;
+  std::uniform_real_distribution<double> log_size(12.0, 25.5);  // 4 KiB to about 45 MiB
+  auto free_one = [&] {
+    const std::size_t i = rng() % live.size();
+    live_bytes -= sizes_of[i];
+    checker.free_after_work(live[i], rng() % 2 == 0 ? 0.0 : 300.0);
+    live[i] = live.back();
+    sizes_of[i] = sizes_of.back();
+    live.pop_back();
+    sizes_of.pop_back();
+  };
+  unsigned sleeps = 0;
+  for (int op = 0; op < 600; ++op) {
+    if (op % 60 == 59) {
+      const std::size_t held = sim->physical_bytes(0);
+      EXPECT_EQ(p.sleep(sleep_keep::contents), held);
+      EXPECT_EQ(sim->physical_bytes(0), 0u);
+      p.wake();
+      ++sleeps;
+      checker.check();
+      checker.check_patterns();
+      EXPECT_EQ(sim->unmapped_access_count(), 0u);
+      continue;
+    }
+    if (!live.empty() && (live_bytes > 160 * MiB || rng() % 5 < 2)) {
+      free_one();
+      continue;
+    }
+    const auto size = static_cast<std::size_t>(std::exp2(log_size(rng)));
+    live.push_back(checker.allocate(size, rng() % 2 == 0 ? nullptr : side));
+    sizes_of.push_back(size);
+    live_bytes += size;
+  }
+  EXPECT_EQ(sleeps, 10u);
+  checker.check();
+  checker.check_patterns();
+  const std::size_t releasable = p.describe().releasable_bytes;
+  EXPECT_EQ(p.release(), releasable);
+  while (!live.empty()) free_one();
+  (void)sim->device_synchronize(0);
+  checker.check();
+  (void)p.release();
   EXPECT_EQ(sim->physical_bytes(0), 0u);
 }
 
