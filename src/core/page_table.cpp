@@ -48,6 +48,11 @@ driver_status page_table::create(std::size_t size, std::uint32_t& id) {
   return driver_status::success;
 }
 
+void page_table::name_pages(address_range& range, device_address at, std::size_t size, std::uint32_t id) noexcept {
+  const std::size_t first = (at - range.base) / granularity_;
+  std::fill_n(range.page_handle.begin() + static_cast<std::ptrdiff_t>(first), size / granularity_, id);
+}
+
 driver_status page_table::map_at(std::uint32_t id, address_range& range, device_address at) {
   const handle_record& h = handles_[id];
   driver_status status = calls_.mem_map(at, h.size, h.handle);
@@ -59,8 +64,7 @@ driver_status page_table::map_at(std::uint32_t id, address_range& range, device_
       return status;
     }
   }
-  const std::size_t first = (at - range.base) / granularity_;
-  std::fill_n(range.page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, id);
+  name_pages(range, at, h.size, id);
   return driver_status::success;
 }
 
@@ -77,8 +81,7 @@ driver_status page_table::unmap(std::uint32_t id) {
   if (!h.aliases.empty()) return driver_status::invalid_value;
   const driver_status status = calls_.mem_unmap(h.at, h.size);
   if (status != driver_status::success) return status;
-  const std::size_t first = (h.at - h.range->base) / granularity_;
-  std::fill_n(h.range->page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, no_handle);
+  name_pages(*h.range, h.at, h.size, no_handle);
   h.at = 0;
   h.range = nullptr;
   return driver_status::success;
@@ -99,8 +102,7 @@ driver_status page_table::unmap_alias(std::uint32_t id, device_address at) {
   if (it == h.aliases.end()) return driver_status::invalid_value;
   const driver_status status = calls_.mem_unmap(at, h.size);
   if (status != driver_status::success) return status;
-  const std::size_t first = (at - it->range->base) / granularity_;
-  std::fill_n(it->range->page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, no_handle);
+  name_pages(*it->range, at, h.size, no_handle);
   h.aliases.erase(it);
   if (h.aliases.empty()) --aliased_;
   return driver_status::success;
@@ -252,8 +254,7 @@ driver_status page_table::wake_handle(std::uint32_t id) {
 void page_table::join_slept(std::uint32_t first, std::uint32_t next) noexcept {
   handle_record& joined = handles_[first];
   handle_record& h = handles_[next];
-  const std::size_t from = (h.at - h.range->base) / granularity_;
-  std::fill_n(h.range->page_handle.begin() + static_cast<std::ptrdiff_t>(from), h.size / granularity_, first);
+  name_pages(*h.range, h.at, h.size, first);
   joined.size += h.size;
   h = handle_record{};
   free_ids_.push_back(next);
@@ -261,8 +262,7 @@ void page_table::join_slept(std::uint32_t first, std::uint32_t next) noexcept {
 
 void page_table::forget_slept(std::uint32_t id) noexcept {
   handle_record& h = handles_[id];
-  const std::size_t first = (h.at - h.range->base) / granularity_;
-  std::fill_n(h.range->page_handle.begin() + static_cast<std::ptrdiff_t>(first), h.size / granularity_, no_handle);
+  name_pages(*h.range, h.at, h.size, no_handle);
   h = handle_record{};
   free_ids_.push_back(id);
 }

@@ -43,8 +43,8 @@ namespace tidepool::detail {
 namespace {
 
 constexpr std::size_t everything = std::numeric_limits<std::size_t>::max();
-// The largest handle DESIGN 2a measured: its create, map and set access cost what a 64 MiB one's
-// do within 4x, its release about the same per byte.
+// The largest handle whose driver costs DESIGN 2a measured; per byte, a handle that large costs the
+// driver no more than growth's do.
 constexpr std::size_t max_joined_handle_bytes = std::size_t{2} << 30;
 constexpr std::uint64_t any_tick = std::numeric_limits<std::uint64_t>::max();
 
