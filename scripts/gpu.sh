@@ -23,6 +23,8 @@
 # of one) and
 # sleep-wake (bench/gpu/sleep_wake.py: sleep and wake of SLEEP_WAKE_GIB GiB of tensors, default
 # "1 8 32", beside doing it by hand with plain PyTorch; issue 13) and
+# kernel-speed (~2 minutes: bench/gpu/kernel_speed_bench, kernels over memory mapped in handles of
+# each size against one cuMemAlloc, and beside virtual memory calls) and
 # torch-call-cost (~50 s: bench/gpu/torch_call_cost.py, the host time of a PyTorch allocate + free
 # pair under PyTorch default, expandable segments, tidepool, cudaMallocAsync natively and behind
 # PyTorch's pluggable interface, each in its own process).
@@ -54,6 +56,7 @@ step() {  # $1: log name; the rest: the command
 step gpu-tests bash -c "cd '$build' && ctest -L gpu --output-on-failure -V --timeout 300"
 step bench-vmm "$build/bench/gpu/tidepool_vmm_calls_bench"
 step bench-compare "$build/bench/gpu/tidepool_compare_bench"
+step kernel-speed "$build/bench/gpu/tidepool_kernel_speed_bench"
 step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
   python3 -m pytest -q -s "$root/python/tests/gpu"
 # The baselines that make one driver call per request (exact, cupy) take minutes on the recorded
