@@ -132,7 +132,10 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   // another region's cache is less likely to be wanted back at once by a request like this one.
   // In the large arenas the granule that the request's end falls in gets a granule handle of its
   // own, stolen or new, so the block's neighbour above, carved from the rest of that granule,
-  // never shares a large handle with it; large stolen handles stop short of it.
+  // never shares a large handle with it; large stolen handles stop short of it. Not when the
+  // growth's last handle would be small anyway (at most a granule and a quarter of growth's
+  // largest handle): the neighbour then pins at most a quarter of a handle more, what placement's
+  // keep-whole rule accepts (placement.cpp), and the growth makes one handle fewer.
   const std::size_t g = pages_.granularity();
   const bool large = where.guards_large_handles();
   const std::size_t have = w.below != nullptr ? w.below->size : 0;
@@ -141,7 +144,10 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   // alias spans whole handles, and granule handles, aliased in turn, refused the blocks around
   // them (the serving loop held 2.2x with them; docs/RESULTS.md).
   const bool aliasing = large && where.aliasing();
-  const bool partial_end = large && !aliasing && size > have && (size - have) % g != 0;
+  const std::size_t largest_handle = pages_.largest_growth_handle(aliasing);
+  const std::size_t last_handle = w.map_bytes % largest_handle;
+  const bool small_last_handle = last_handle != 0 && last_handle <= g + largest_handle / 4;
+  const bool partial_end = large && !aliasing && size > have && (size - have) % g != 0 && !small_last_handle;
   // The growth budget (pool_options::growth_slack): new handles up to it, stolen ones beyond.
   const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - growth_budget(size);
   const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <set>
 
 #include "pool_checker.hpp"
 
@@ -203,7 +204,7 @@ TEST(PoolRelease, ABlockTouchingEveryGranuleOfAHandleLeavesItWhole) {
     return n;
   };
   void* x = checker.allocate(3 * MiB / 2);   // granule 0, one granule handle
-  void* y = checker.allocate(11 * MiB / 2);  // from 1.5 MiB to 7: a 4 MiB handle (granules 1-2), the end granule's own
+  void* y = checker.allocate(4 * MiB);  // from 1.5 MiB to 5.5: one 4 MiB handle (granules 1-2)
   ASSERT_EQ(handles_of(4 * MiB), 1u);
   checker.free(y);
   sim->run_until_idle();
@@ -217,6 +218,40 @@ TEST(PoolRelease, ABlockTouchingEveryGranuleOfAHandleLeavesItWhole) {
   sim->run_until_idle();
   (void)p.release();
   checker.check();
+  EXPECT_EQ(p.stats().mapped_bytes, 0u);
+}
+
+// A growth whose request ends inside a granule gives that granule a handle of its own, so a block
+// carved from the granule's free tail pins a granule, not the request's large handle; but not when
+// the growth's last handle is small anyway (a granule and a quarter of the largest handle at most):
+// the neighbour then pins at most a quarter of a handle more, and the growth makes one handle fewer.
+TEST(PoolRelease, OnlyAGrowthWhoseLastHandleIsLargeGivesItsEndGranuleAHandleOfItsOwn) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  auto handle_sizes = [&] {
+    std::multiset<std::size_t> sizes;
+    for (const handle_description& h : p.describe().handles) sizes.insert(h.size);
+    return sizes;
+  };
+  const std::size_t largest = 24 * MiB;  // growth's largest handle (page_table::largest_growth_handle)
+  void* small_growth = checker.allocate(5 * MiB);  // granules 0-2: one 6 MiB handle
+  EXPECT_EQ(handle_sizes(), (std::multiset<std::size_t>{6 * MiB}));
+  // From its free 1 MiB tail to 19.5 MiB: 14 MiB more (granules 3-9), the last handle would be
+  // 14 MiB, so the granule it ends in gets its own.
+  void* large_growth = checker.allocate(29 * MiB / 2);
+  EXPECT_EQ(handle_sizes(), (std::multiset<std::size_t>{2 * MiB, 6 * MiB, 12 * MiB}));
+  // The block above the small growth pins its handle: what it keeps after release is its own
+  // granules and no more than a quarter of the largest handle besides.
+  checker.free(small_growth);
+  sim->run_until_idle();
+  (void)p.release();
+  checker.check();
+  EXPECT_EQ(p.stats().mapped_bytes, 20 * MiB);
+  EXPECT_LE(p.stats().mapped_bytes, 16 * MiB + largest / 4) << "its 8 granules and a quarter handle";
+  checker.free(large_growth);
+  sim->run_until_idle();
+  (void)p.release();
   EXPECT_EQ(p.stats().mapped_bytes, 0u);
 }
 
