@@ -133,7 +133,9 @@ class mapped_memory {
     }
     const CUmemAllocationProp prop = pinned_on(0);
     const CUmemAccessDesc access = read_write_on(0);
-    check(cu().cuMemAddressReserve(&base_, bytes, (handle_size & (handle_size - 1)) == 0 ? handle_size : 2 * MiB, 0, 0), "cuMemAddressReserve");
+    // Aligned to the handle where that is a power of two (cuMemAddressReserve refuses others).
+    const std::size_t alignment = (handle_size & (handle_size - 1)) == 0 ? handle_size : 2 * MiB;
+    check(cu().cuMemAddressReserve(&base_, bytes, alignment, 0, 0), "cuMemAddressReserve");
     handles_.resize(bytes / handle_size);
     for (std::size_t i = 0; i < handles_.size(); ++i) {
       check(cu().cuMemCreate(&handles_[i], handle_size, &prop, 0), "cuMemCreate");
@@ -172,7 +174,8 @@ std::string mapping_name(std::size_t handle_size) {
 
 void speed_by_mapping() {
   std::printf("## 1. Kernels over memory mapped in handles of each size (median ms of 7)\n\n");
-  std::printf("| footprint | mapping | random gather of %zu M words | memset of all of it | GB/s |\n|---|---|---|---|---|\n",
+  std::printf("| footprint | mapping | random gather of %zu M words | memset of all of it | GB/s |\n"
+              "|---|---|---|---|---|\n",
               gather_kernel::threads * gather_kernel::loads_per_thread >> 20);
   gather_kernel gather;
   std::size_t free_bytes = 0;
@@ -234,8 +237,10 @@ double gather_beside(gather_kernel& gather, CUdeviceptr base, std::size_t bytes,
 }
 
 void speed_beside_calls() {
-  std::printf("## 2. The gather (16 GiB in 24 MiB handles) while the host makes or gives back 24 MiB handles elsewhere\n\n");
-  std::printf("| the host meanwhile | gather ms (median of 9) | calls' handles | host us per handle |\n|---|---|---|---|\n");
+  std::printf("## 2. The gather (16 GiB in 24 MiB handles) while the host makes or gives back 24 MiB handles "
+              "elsewhere\n\n");
+  std::printf("| the host meanwhile | gather ms (median of 9) | calls' handles | host us per handle |\n"
+              "|---|---|---|---|\n");
   gather_kernel gather;
   const std::size_t bytes = 16 * GiB / (24 * MiB) * (24 * MiB);  // whole handles: the gather reads all of it
   mapped_memory memory(bytes, 24 * MiB);
@@ -297,8 +302,9 @@ void speed_beside_calls() {
   while (give_one_back()) {
   }
   idle_release_ms = ms_since(start);
-  std::printf("| (GPU idle) create + map + set access | | %zu | %.1f |\n| (GPU idle) unmap + release | | %zu | %.1f |\n\n", n,
-              1e3 * idle_make_ms / static_cast<double>(n), n, 1e3 * idle_release_ms / static_cast<double>(n));
+  std::printf("| (GPU idle) create + map + set access | | %zu | %.1f |\n"
+              "| (GPU idle) unmap + release | | %zu | %.1f |\n\n",
+              n, 1e3 * idle_make_ms / static_cast<double>(n), n, 1e3 * idle_release_ms / static_cast<double>(n));
   check(cu().cuMemAddressFree(room, handle * room_handles), "cuMemAddressFree");
   check(cu().cuEventDestroy(done), "cuEventDestroy");
 }

@@ -203,7 +203,7 @@ TEST(PoolRelease, ABlockTouchingEveryGranuleOfAHandleLeavesItWhole) {
     for (const handle_description& h : p.describe().handles) n += h.size == size ? 1 : 0;
     return n;
   };
-  void* x = checker.allocate(3 * MiB / 2);   // granule 0, one granule handle
+  void* x = checker.allocate(3 * MiB / 2);  // granule 0, one granule handle
   void* y = checker.allocate(4 * MiB);  // from 1.5 MiB to 5.5: one 4 MiB handle (granules 1-2)
   ASSERT_EQ(handles_of(4 * MiB), 1u);
   checker.free(y);
