@@ -312,31 +312,14 @@ void speed_beside_calls() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const int section = std::atoi(argv[i]);
-    if (section < 1 || section > 2) {
-      std::fprintf(stderr, "usage: %s [SECTION 1-2]...\n", argv[0]);
-      return 2;
-    }
-  }
-  const std::string reason = tidepool::cuda_driver_unavailable_reason();
-  if (!reason.empty()) {
-    std::printf("no GPU: %s\n", reason.c_str());
-    return 0;
-  }
-  auto wanted = [&](int section) {
-    if (argc < 2) return true;
-    for (int i = 1; i < argc; ++i) {
-      if (std::atoi(argv[i]) == section) return true;
-    }
-    return false;
-  };
+  const tidepool::gpu_test::section_choice sections(argc, argv, 2);
+  if (tidepool::gpu_test::say_if_no_gpu()) return 0;
   try {
     auto drv = tidepool::make_cuda_driver();
     tidepool::gpu_test::make_current(*drv);
     std::printf("# Kernel speed by mapping: driver CUDA %d\n\n", tidepool::detail::cuda()->driver_version);
-    if (wanted(1)) speed_by_mapping();
-    if (wanted(2)) speed_beside_calls();
+    if (sections.wanted(1)) speed_by_mapping();
+    if (sections.wanted(2)) speed_beside_calls();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kernel_speed_bench failed: %s\n", e.what());
     return 1;

@@ -591,18 +591,8 @@ void aliases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const int section = std::atoi(argv[i]);
-    if (section < 1 || section > 10) {
-      std::fprintf(stderr, "usage: %s [SECTION 1-10]...\n", argv[0]);
-      return 2;
-    }
-  }
-  const std::string reason = tidepool::cuda_driver_unavailable_reason();
-  if (!reason.empty()) {
-    std::printf("no GPU: %s\n", reason.c_str());
-    return 0;
-  }
+  const tidepool::gpu_test::section_choice sections(argc, argv, 10);
+  if (tidepool::gpu_test::say_if_no_gpu()) return 0;
   try {
     auto drv = tidepool::make_cuda_driver();
     tidepool::gpu_test::make_current(*drv);
@@ -625,13 +615,7 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < 4; ++i) warm.unmap_and_release(i);
       warm.free_range();
     }
-    auto wanted = [&](int section) {
-      if (argc < 2) return true;
-      for (int i = 1; i < argc; ++i) {
-        if (std::atoi(argv[i]) == section) return true;
-      }
-      return false;
-    };
+    auto wanted = [&](int section) { return sections.wanted(section); };
     if (wanted(1)) per_size_costs();
     if (wanted(2)) one_set_access_over_many();
     if (wanted(3)) many_handles();

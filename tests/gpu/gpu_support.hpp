@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -45,6 +47,38 @@ inline std::int64_t first_mismatch(std::uintptr_t address, std::size_t bytes, st
     }
   }
   return -1;
+}
+
+/// The sections a GPU benchmark was asked to run: its arguments, each a number from 1 to
+/// `sections` (none given: every section). Anything else prints a usage line and exits with 2.
+class section_choice {
+ public:
+  section_choice(int argc, char** argv, int sections) {
+    for (int i = 1; i < argc; ++i) {
+      const int section = std::atoi(argv[i]);
+      if (section < 1 || section > sections) {
+        std::fprintf(stderr, "usage: %s [SECTION 1-%d]...\n", argv[0], sections);
+        std::exit(2);
+      }
+      chosen_.push_back(section);
+    }
+  }
+  /// Whether `section` is to run.
+  [[nodiscard]] bool wanted(int section) const {
+    return chosen_.empty() || std::find(chosen_.begin(), chosen_.end(), section) != chosen_.end();
+  }
+
+ private:
+  std::vector<int> chosen_;
+};
+
+/// Prints "no GPU: <why>" and returns true where no CUDA driver can be used (a benchmark then
+/// exits 0: nothing to measure on this machine).
+inline bool say_if_no_gpu() {
+  const std::string reason = cuda_driver_unavailable_reason();
+  if (reason.empty()) return false;
+  std::printf("no GPU: %s\n", reason.c_str());
+  return true;
 }
 
 /// Keeps a stream busy for a given time: a one-thread kernel spinning on %globaltimer, loaded
