@@ -2,8 +2,7 @@
 //   1. a random 4-byte gather and a memset over footprints of 4 to 96 GiB, the memory from one
 //      cuMemAlloc against handles of 2 MiB, 24 MiB (the largest that growth makes), 512 MiB and
 //      2 GiB mapped side by side: does the GPU's address translation make small handles slower
-//      where a program touches much memory (a 114 GiB training loop ran 11-12% slower under both
-//      allocators built on virtual memory, docs/RESULTS.md section 0)?
+//      where a program touches much memory (docs/RESULTS.md section 0 says which loop asked)?
 //   2. the same gather while the host makes handles elsewhere (create, map, set access: what
 //      growth does during a first training step) or gives them back (unmap, release): do the
 //      calls slow kernels already running, beyond the host time they take?
@@ -187,8 +186,8 @@ void speed_by_mapping() {
       continue;
     }
     for (std::size_t handle_size : {std::size_t{0}, 2 * MiB, 24 * MiB, 512 * MiB, 2 * GiB}) {
-      const std::size_t bytes = footprint / (handle_size == 0 ? 2 * MiB : handle_size) *
-                                (handle_size == 0 ? 2 * MiB : handle_size);
+      const std::size_t unit = handle_size == 0 ? 2 * MiB : handle_size;
+      const std::size_t bytes = footprint / unit * unit;
       mapped_memory memory(bytes, handle_size);
       check(cu().cuMemsetD8(memory.base(), 1, bytes), "cuMemsetD8");
       check(cu().cuCtxSynchronize(), "sync");
