@@ -615,12 +615,11 @@ int main(int argc, char** argv) {
       for (std::size_t i = 0; i < 4; ++i) warm.unmap_and_release(i);
       warm.free_range();
     }
-    auto wanted = [&](int section) { return sections.wanted(section); };
-    if (wanted(1)) per_size_costs();
-    if (wanted(2)) one_set_access_over_many();
-    if (wanted(3)) many_handles();
-    if (wanted(4)) mixed_sizes();
-    if (wanted(5)) {
+    if (sections.wanted(1)) per_size_costs();
+    if (sections.wanted(2)) one_set_access_over_many();
+    if (sections.wanted(3)) many_handles();
+    if (sections.wanted(4)) mixed_sizes();
+    if (sections.wanted(5)) {
       std::printf("## 5. Calls (64 MiB handle, microseconds) while another stream is busy for about 200 ms\n\n");
       std::printf("| busy with | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap | cuMemRelease | still busy after unmap+release | cuMemAlloc | cuMemFree of an unrelated plain allocation |\n");
       std::printf("|---|---|---|---|---|---|---|---|---|\n");
@@ -629,11 +628,11 @@ int main(int argc, char** argv) {
       calls_while_busy(occupier, "12 memsets of 32 GiB", true);
       std::printf("\n");
     }
-    if (wanted(6)) growth_cost();
-    if (wanted(7)) async_pool_reclaim();
-    if (wanted(8)) access_after_remap();
-    if (wanted(9)) calls_beside_a_helper_thread();
-    if (wanted(10)) aliases();
+    if (sections.wanted(6)) growth_cost();
+    if (sections.wanted(7)) async_pool_reclaim();
+    if (sections.wanted(8)) access_after_remap();
+    if (sections.wanted(9)) calls_beside_a_helper_thread();
+    if (sections.wanted(10)) aliases();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vmm_calls_bench failed: %s\n", e.what());
     return 1;

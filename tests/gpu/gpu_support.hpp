@@ -1,7 +1,8 @@
 // gpu_support.hpp: what the GPU tests and benchmarks need beyond tidepool::driver: the loaded
-// driver table with the primary context current, filling
-// and checking device bytes, and keeping a stream busy for a set time (a spin kernel JIT-compiled
-// from PTX, so no nvcc is needed; long memsets where the JIT is missing).
+// driver table with the primary context current, filling and checking device bytes, a benchmark's
+// section arguments and its note where there is no GPU, and keeping a stream busy for a set time
+// (a spin kernel JIT-compiled from PTX, so no nvcc is needed; long memsets where the JIT is
+// missing).
 #pragma once
 
 #include <algorithm>
