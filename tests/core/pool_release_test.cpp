@@ -191,6 +191,13 @@ TEST(PoolRelease, ABlockCarvedWhileItsStreamsFreeIsQueuedLeavesTheHandleWhole) {
   EXPECT_EQ(carve_from_own_free(1000.0, 4 * MiB).held_after_release, largest_handle);
 }
 
+// The sizes of the handles `p` holds.
+std::multiset<std::size_t> handle_sizes(pool& p) {
+  std::multiset<std::size_t> sizes;
+  for (const handle_description& h : p.describe().handles) sizes.insert(h.size);
+  return sizes;
+}
+
 // A block that touches every granule of a large handle it cuts keeps the handle whole, though it
 // covers less than three quarters of it: it pins the whole handle while it lives either way, and
 // a split would cost an unmap, a release and two new handles.
@@ -198,20 +205,15 @@ TEST(PoolRelease, ABlockTouchingEveryGranuleOfAHandleLeavesItWhole) {
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  auto handles_of = [&](std::size_t size) {
-    std::size_t n = 0;
-    for (const handle_description& h : p.describe().handles) n += h.size == size ? 1 : 0;
-    return n;
-  };
   void* x = checker.allocate(3 * MiB / 2);  // granule 0, one granule handle
   void* y = checker.allocate(4 * MiB);  // from 1.5 MiB to 5.5: one 4 MiB handle (granules 1-2)
-  ASSERT_EQ(handles_of(4 * MiB), 1u);
+  ASSERT_EQ(handle_sizes(p).count(4 * MiB), 1u);
   checker.free(y);
   sim->run_until_idle();
   const std::uint64_t unmaps = p.stats().driver.of(driver_call::mem_unmap);
   void* z = checker.allocate(3 * MiB);  // from 1.5 MiB to 4.5: 2.5 MiB of the 4 MiB handle, both its granules
   EXPECT_EQ(p.stats().driver.of(driver_call::mem_unmap), unmaps);
-  EXPECT_EQ(handles_of(4 * MiB), 1u);
+  EXPECT_EQ(handle_sizes(p).count(4 * MiB), 1u);
   checker.check();
   checker.free(z);
   checker.free(x);
@@ -229,18 +231,13 @@ TEST(PoolRelease, OnlyAGrowthWhoseLastHandleIsLargeGivesItsEndGranuleAHandleOfIt
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  auto handle_sizes = [&] {
-    std::multiset<std::size_t> sizes;
-    for (const handle_description& h : p.describe().handles) sizes.insert(h.size);
-    return sizes;
-  };
   const std::size_t largest = 24 * MiB;  // growth's largest handle (page_table::largest_growth_handle)
   void* small_growth = checker.allocate(5 * MiB);  // granules 0-2: one 6 MiB handle
-  EXPECT_EQ(handle_sizes(), (std::multiset<std::size_t>{6 * MiB}));
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{6 * MiB}));
   // From its free 1 MiB tail to 19.5 MiB: 14 MiB more (granules 3-9), the last handle would be
   // 14 MiB, so the granule it ends in gets its own.
   void* large_growth = checker.allocate(29 * MiB / 2);
-  EXPECT_EQ(handle_sizes(), (std::multiset<std::size_t>{2 * MiB, 6 * MiB, 12 * MiB}));
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{2 * MiB, 6 * MiB, 12 * MiB}));
   // The block above the small growth pins its handle: what it keeps after release is its own
   // granules and no more than a quarter of the largest handle besides.
   checker.free(small_growth);
