@@ -85,6 +85,9 @@ typedef struct tidepool_stats_t {
   uint64_t asleep_bytes;            /**< handed back by sleep, mapped again by wake (0 awake) */
   uint64_t thread_caches;           /**< threads with a cache of their own in front of the pool's
                                          lock (tidepool_pool_options_t.thread_caches) */
+  uint64_t graph_kept_bytes;        /**< free bytes kept for CUDA graphs still alive: reusable only
+                                         by their capture, not handed back by release */
+  uint64_t graphs;                  /**< CUDA graphs the pool keeps memory for now */
 } tidepool_stats_t;
 
 /** When a thread allocating from a pool gets a small cache of its own in front of the pool's lock

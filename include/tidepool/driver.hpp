@@ -139,6 +139,17 @@ struct device_memory_info {
   static constexpr std::size_t unknown_bytes = static_cast<std::size_t>(-1);
 };
 
+/// What the driver says of a stream being captured into a CUDA graph (cuStreamGetCaptureInfo).
+struct stream_capture {
+  bool active = false;     ///< work queued on the stream now is captured into a graph, not run
+  std::uint64_t id = 0;    ///< the capture's number: the same on every stream joined to it
+  void* graph = nullptr;   ///< the graph being built (a CUgraph), for watch_graph
+};
+
+/// Called once a graph watched with driver::watch_graph is gone. It runs on a thread of the
+/// driver's own and must not call the driver.
+using graph_gone_fn = void (*)(void* context);
+
 /// The device interface. Implementations must be thread safe: pools of several devices call one
 /// driver from several threads at once.
 class TIDEPOOL_API driver {
@@ -213,6 +224,27 @@ class TIDEPOOL_API driver {
   /// current one, to zero. Returns the bytes handed back where the driver tells, else 0.
   virtual std::size_t trim_async_pools(int device) = 0;
 
+  // CUDA graphs. A pool keeps what it lends to a capture for the graph's life (pool_options::
+  // follow_graph_captures). Neither call is counted: they move no memory, and the first is made on
+  // allocations of streams that are not the legacy default stream.
+  /// Whether `stream` is being captured into a graph now, and which. The defaults say it is not
+  /// (a driver without graphs).
+  virtual driver_status capture_of(int device, stream_t stream, stream_capture* out) {
+    (void)device;
+    (void)stream;
+    *out = stream_capture{};
+    return driver_status::success;
+  }
+  /// Calls `gone(context)` once `graph` (from capture_of) is destroyed, with every executable
+  /// graph instantiated from it and every launch of those complete (a CUDA user object the graph
+  /// owns). not_supported where a driver cannot tell; then `gone` is never called.
+  virtual driver_status watch_graph(int device, void* graph, graph_gone_fn gone, void* context) {
+    (void)device;
+    (void)graph;
+    (void)gone;
+    (void)context;
+    return driver_status::not_supported;
+  }
   // Host copies (sleep and wake keep a tag's contents in pinned host memory). Not every driver
   // has them: the defaults say not_supported.
   /// Allocates `bytes` of page-locked host memory into `*out`.

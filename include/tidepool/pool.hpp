@@ -113,6 +113,15 @@ struct pool_options {
   /// has one, peak_in_use_bytes counts the blocks waiting in it as in use; in_use_bytes and every
   /// other figure stay exact. Off while recording or with an automatic release policy.
   thread_cache_policy thread_caches = thread_cache_policy::when_contended;
+  /// CUDA graphs: an allocation on a stream being captured into a graph is the graph's (its
+  /// kernels write there at every launch), so once freed, during the capture or after it, it
+  /// serves only later allocations of that capture on that stream, and goes back to the pool when
+  /// the driver says the graph is gone (destroyed, with every executable graph made from it and
+  /// their launches complete), as PyTorch's private graph pools do. No event is recorded on a
+  /// stream being captured. Costs one driver query (cuStreamGetCaptureInfo) per allocation on a
+  /// stream other than the legacy default stream, which cannot be captured. Off: a block freed
+  /// in a capture may be handed to other work while the graph still writes to it.
+  bool follow_graph_captures = true;
 };
 
 /// A snapshot of a pool's figures. "mapped" is physical memory held (created and mapped or
@@ -137,6 +146,10 @@ struct pool_stats {
   /// Physical memory handed back by sleep() that wake() maps again (0 while awake). In use +
   /// cached = mapped + asleep always.
   std::size_t asleep_bytes = 0;
+  /// Free bytes kept for CUDA graphs that are still alive (pool_options::follow_graph_captures):
+  /// cached, but reusable only by their capture, and not handed back by release().
+  std::size_t graph_kept_bytes = 0;
+  std::size_t graphs = 0;                 ///< graphs the pool keeps memory for now
   driver_call_counts driver{};            ///< calls this pool made
 
   /// Memory held but not in use (mapped minus in use).

@@ -97,6 +97,8 @@ class TIDEPOOL_API sim_driver final : public driver {
                              stream_t stream) override;
   driver_status copy_to_device(int device, device_address destination, const void* source, std::size_t bytes,
                                stream_t stream) override;
+  driver_status capture_of(int device, stream_t stream, stream_capture* out) override;
+  driver_status watch_graph(int device, void* graph, graph_gone_fn gone, void* context) override;
   [[nodiscard]] driver_call_counts call_counts() const override;
   [[nodiscard]] double modelled_cost_us(driver_call call, std::size_t bytes) const override;
 
@@ -117,6 +119,21 @@ class TIDEPOOL_API sim_driver final : public driver {
   /// trim_async_pools() hands them back.
   void park_in_async_pool(int device, std::size_t bytes);
   [[nodiscard]] std::size_t async_pool_bytes(int device) const;
+
+  // --- CUDA graphs (stream capture) ---
+  /// Starts capturing `stream` (not the legacy default stream) into a new graph; returns the
+  /// capture's id. Work launched on it is not run while it is captured, and an event recorded on
+  /// it is recorded inside the capture: querying it later fails, as in CUDA.
+  std::uint64_t begin_capture(int device, stream_t stream);
+  /// Joins `stream` to the capture running on `capturing` (a fork: an event recorded there and
+  /// waited for here, in CUDA).
+  void join_capture(int device, stream_t stream, stream_t capturing);
+  /// Ends the capture on `stream` (and on every stream joined to it); returns its graph.
+  void* end_capture(int device, stream_t stream);
+  /// Destroys `graph` (as cuGraphDestroy with no executable graph left): its watchers are called.
+  void destroy_graph(void* graph);
+  /// Events recorded on a stream while it was captured.
+  [[nodiscard]] std::uint64_t captured_event_records() const;
 
   // --- fault injection ---
   /// The `nth` (1-based) next call of `call` fails with `status`.

@@ -46,6 +46,8 @@ class CStats(ctypes.Structure):
         ("driver_microseconds", ctypes.c_double),
         ("asleep_bytes", ctypes.c_uint64),
         ("thread_caches", ctypes.c_uint64),
+        ("graph_kept_bytes", ctypes.c_uint64),
+        ("graphs", ctypes.c_uint64),
     ]
 
 

@@ -12,7 +12,9 @@ from ._release import format_bytes, opened_devices
 class Stats:
     """The figures of one device's pool (all zero where no pool was made). thread_caches: threads
     with a cache of their own in front of the pool's lock (set_pool_options(thread_caches=...));
-    the other figures count what those caches handed out, so they stay exact."""
+    the other figures count what those caches handed out, so they stay exact. graph_kept_bytes:
+    free memory kept for CUDA graphs still alive (captured through tidepool), which only their
+    capture reuses and release_cached_memory() leaves; graphs: how many such graphs."""
 
     device: int
     in_use_bytes: int
@@ -32,6 +34,8 @@ class Stats:
     driver_microseconds: float
     asleep_bytes: int = 0
     thread_caches: int = 0
+    graph_kept_bytes: int = 0
+    graphs: int = 0
 
 
 def stats(device=0):

@@ -34,6 +34,8 @@ tidepool_stats_t to_c_stats(const pool_stats& s) {
   c.driver_microseconds = s.driver.memory_us();
   c.asleep_bytes = s.asleep_bytes;
   c.thread_caches = s.thread_caches;
+  c.graph_kept_bytes = s.graph_kept_bytes;
+  c.graphs = s.graphs;
   return c;
 }
 

@@ -146,6 +146,8 @@ class arena {
   void ensure_slots(std::uint32_t count);
   /// Whether stream `slot` owns free blocks here.
   [[nodiscard]] bool has_free(std::uint32_t slot) const noexcept { return !slots_[slot]->empty(); }
+  /// Bytes of the free blocks stream `slot` owns here.
+  [[nodiscard]] std::size_t free_bytes(std::uint32_t slot) const noexcept { return slots_[slot]->bytes(); }
   /// Blocks freed on `slot` at or before `watermark` become reusable on any stream.
   void make_global(std::uint32_t slot, std::uint64_t watermark);
 

@@ -112,6 +112,7 @@ pool_impl::~pool_impl() {
     // memory back, so go on.
   }
   forget_sleep();  // slept handles hold nothing: the tear-down must not unmap or release them
+  let_go_of_graphs();
   for (auto& a : arenas_) a->tear_down();
   std::size_t last_try = 0;
   (void)pages_.retry_unreleased(last_try);  // a last try for every failed release; nothing else holds them
@@ -130,6 +131,12 @@ stream_state& pool_impl::add_stream(stream_t stream) {
 
 stream_state& pool_impl::stream_for_free(const block& b, stream_t stream, stream_state* found) {
   stream_state& allocated_on = streams_.at(b.owner);
+  // Allocated in a graph capture: the graph's while it may launch, whatever stream frees it; once
+  // it is gone, an ordinary free on the stream named.
+  if (allocated_on.capture != 0) {
+    if (kept_for_graph(allocated_on)) return allocated_on;
+    return found != nullptr ? *found : add_stream(stream);
+  }
   // The handle was forgotten (its stream destroyed, then a garbage collector freeing what was
   // allocated there): the free stays with that stream, and no driver call names the handle.
   if (allocated_on.retired && stream_registry::names(allocated_on, stream)) return allocated_on;
@@ -217,7 +224,8 @@ void pool_impl::free_with_extra_streams(block* b, stream_state& s, std::uint64_t
     // As in PyTorch, the event goes on the recorded stream at the free: the program keeps that
     // stream alive until then, or forgets it first (then, as for another thread's per-thread
     // stream, which this thread cannot name, only a device-wide wait proves its work done).
-    if (other->retired || (other->thread != 0 && other->thread != this_thread_key())) {
+    if (other->retired || (other->thread != 0 && other->thread != this_thread_key()) || other->capture != 0 ||
+        stream_captured(other->stream)) {
       pending.needs_device_wait = true;
       continue;
     }
@@ -279,6 +287,8 @@ pool_stats pool_impl::stats_locked() {
   s.requested_bytes = requested_;
   s.mapped_bytes = pages_.held_bytes();
   s.asleep_bytes = asleep_bytes_;
+  s.graph_kept_bytes = graph_kept_bytes();
+  s.graphs = graphs_kept_;
   for (const auto& a : arenas_) s.reserved_address_bytes += a->reserved_bytes();
   s.peak_in_use_bytes = peak_in_use_;
   s.peak_requested_bytes = peak_requested_;

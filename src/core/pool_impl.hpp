@@ -17,6 +17,7 @@
 //   sleep_wake.cpp       handing every handle back while keeping addresses, and taking them again
 //   pool_thread_caches.cpp  blocks lent to threads' caches (thread_cache.hpp), which serve
 //                        same-size pairs of a contended thread before the lock
+//   graph_capture.cpp    blocks allocated in a CUDA graph capture, kept for the graph's life
 #pragma once
 
 #include <algorithm>
@@ -54,7 +55,11 @@ class pool_impl {
     if (bytes == 0 || bytes > device_total_) throw_invalid_size(bytes);
     const std::size_t size = round_up(bytes, block_alignment);
     arena& where = arena_for(size, hint);
-    if (has_thread_caches_.load(std::memory_order_relaxed)) [[unlikely]] {
+    // A stream being captured into a CUDA graph allocates through its capture's state
+    // (graph_capture.cpp); the legacy default stream cannot be captured and is never asked about.
+    stream_capture capture;
+    const bool captured = options_.follow_graph_captures && !is_legacy_stream(stream) && captured_now(stream, capture);
+    if (has_thread_caches_.load(std::memory_order_relaxed) && !captured) [[unlikely]] {
       if (thread_cache* c = thread_cache_for(id_)) {
         if (void* p = c->take(size, &where, cache_stream_key(stream), bytes)) return p;
       }
@@ -63,7 +68,7 @@ class pool_impl {
     std::lock_guard guard(lock_, std::adopt_lock);
     note_locked_call(contended);
     if (asleep_) [[unlikely]] throw_asleep(bytes);
-    stream_state* s = streams_.find(stream);
+    stream_state* s = captured ? &capture_state(stream, capture) : streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
     // The stream is alive while the program allocates on it: the moment to cover its frees.
     if (s->record_due && s->last_free > s->covered) record_or_throw(*s);
@@ -118,7 +123,8 @@ class pool_impl {
     stream_state* s = streams_.find(stream);
     if (s == nullptr || b->owner != s->slot) s = &stream_for_free(*b, stream, s);
     // Freed by a thread with a cache, on the stream it was allocated on: lent to that cache.
-    if (has_thread_caches_.load(std::memory_order_relaxed) && b->owner == s->slot && !b->has_extra_streams) [[unlikely]] {
+    if (has_thread_caches_.load(std::memory_order_relaxed) && b->owner == s->slot && !b->has_extra_streams &&
+        s->capture == 0) [[unlikely]] {
       if (lend(b, stream, *s)) return;
     }
     const std::size_t requested = b->requested;
@@ -219,6 +225,26 @@ class pool_impl {
   void free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence);
   /// The figures, under the lock.
   [[nodiscard]] pool_stats stats_locked();
+
+  // graph_capture.cpp
+  /// Whether `stream` is the legacy default stream (nullptr or CU_STREAM_LEGACY), never captured.
+  [[nodiscard]] static bool is_legacy_stream(stream_t stream) noexcept {
+    return stream == nullptr || reinterpret_cast<std::uintptr_t>(stream) == legacy_stream_handle;
+  }
+  /// Whether `stream` is being captured into a graph now (the driver's answer in `capture`).
+  bool captured_now(stream_t stream, stream_capture& capture);
+  /// Whether `stream`, which the pool is about to record an event on, is being captured (an event
+  /// recorded in a capture cannot be queried afterwards). Always false with follow_graph_captures off.
+  bool stream_captured(stream_t stream);
+  /// The state of `capture` on `stream`, made (and the graph watched) on its first allocation.
+  stream_state& capture_state(stream_t stream, const stream_capture& capture);
+  /// Whether `s` is a capture's state whose graph may still launch. Once the driver said the
+  /// graph is gone, hands its free blocks to every stream and retires it (and says false).
+  bool kept_for_graph(stream_state& s);
+  /// Free bytes kept for graphs still alive (stats).
+  [[nodiscard]] std::size_t graph_kept_bytes();
+  /// The pool's part of every graph watch goes (the destructor).
+  void let_go_of_graphs() noexcept;
 
   // pool_thread_caches.cpp (thread_cache.hpp)
   /// Whether blocks may be lent now: not while recording, asleep, or releasing automatically.
@@ -364,6 +390,7 @@ class pool_impl {
   std::vector<pending_free> pending_;
   driver_status record_failure_ = driver_status::success;  // why record_event returned false last
   std::unordered_map<block*, std::vector<stream_state*>> extra_streams_;
+  std::size_t graphs_kept_ = 0;  // captures' states whose graph may still launch (graph_capture.cpp)
   spin_lock lock_;
 
   // Thread caches (pool_thread_caches.cpp): the caches of threads, blocks and bytes lent to them

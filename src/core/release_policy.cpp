@@ -38,10 +38,18 @@ std::uint64_t milliseconds_now(const release_policy& policy) {
 }  // namespace
 
 bool pool_impl::record_event(stream_state& s, std::uint64_t watermark, bool overwrite_newest) {
+  // A capture's state never records (graph_capture.cpp); a stream being captured not now: an event
+  // recorded in a capture cannot be queried afterwards. Its frees wait for its first call after
+  // the capture (record_due stays) or a device-wide wait.
+  if (s.capture != 0) {
+    s.record_due = false;
+    return true;
+  }
   const bool full = s.in_flight >= stream_state::max_events;
   // Another thread's per-thread stream cannot be named from here (CU_STREAM_PER_THREAD is the
   // caller's own): its frees wait for its own thread's calls or a device-wide wait.
   if (s.thread != 0 && s.thread != this_thread_key()) return true;
+  if (!s.retired && stream_captured(s.stream)) return true;
   if (s.retired || (full && !overwrite_newest) || watermark <= s.covered) {
     s.record_due = !s.retired && !full;
     return true;
@@ -94,6 +102,10 @@ void pool_impl::record_or_throw(stream_state& s) {
 }
 
 void pool_impl::settle_stream(stream_state& s) {
+  if (s.capture != 0) {
+    (void)kept_for_graph(s);  // its frees complete only with the graph
+    return;
+  }
   const std::uint64_t before = s.completed;
   while (s.in_flight > 0) {
     const driver_status status = calls_.event_query(s.events[0].event);
@@ -218,6 +230,7 @@ void pool_impl::wait_for_device(bool drop_lock) {
     pending_.pop_back();
   }
   streams_.for_each([&](stream_state& s) {
+    if (kept_for_graph(s)) return;  // a graph's launches may come after the wait
     s.completed = std::max(s.completed, fence);
     std::uint32_t kept = 0;
     for (std::uint32_t i = 0; i < s.in_flight; ++i) {

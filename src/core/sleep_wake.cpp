@@ -89,7 +89,8 @@ void pool_impl::wait_for_streams_in_use() {
   const std::uint64_t me = this_thread_key();
   auto add = [&](stream_state* s) {
     if (std::find(streams.begin(), streams.end(), s) != streams.end()) return;
-    if (s->retired || (s->thread != 0 && s->thread != me)) whole_device = true;
+    // A capture's memory is used by its graph's launches, on whatever stream they go.
+    if (s->retired || (s->thread != 0 && s->thread != me) || s->capture != 0) whole_device = true;
     streams.push_back(s);
   };
   streams_.for_each([&](stream_state& s) {

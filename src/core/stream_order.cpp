@@ -37,7 +37,33 @@ stream_state* stream_registry::find_slow(stream_t stream) {
 }
 
 stream_state& stream_registry::add(stream_t stream) {
-  const key k = key_of(stream);
+  stream_state& s = add_in_free_slot(key_of(stream));
+  by_key_.emplace(key{s.stream, s.thread}, &s);
+  last_ = &s;
+  return s;
+}
+
+stream_state* stream_registry::find_capture(std::uint64_t capture, stream_t stream) {
+  const auto it = by_capture_.find(key{stream, capture});
+  return it == by_capture_.end() ? nullptr : it->second;
+}
+
+stream_state& stream_registry::add_capture(std::uint64_t capture, stream_t stream) {
+  stream_state& s = add_in_free_slot(key{stream, 0});
+  s.capture = capture;
+  by_capture_.emplace(key{stream, capture}, &s);
+  return s;
+}
+
+void stream_registry::unkey(const stream_state& state) {
+  if (state.capture != 0) {
+    by_capture_.erase(key{state.stream, state.capture});
+  } else {
+    by_key_.erase(key{state.stream, state.thread});
+  }
+}
+
+stream_state& stream_registry::add_in_free_slot(key k) {
   std::uint32_t slot = 0;
   if (!free_slots_.empty()) {
     slot = free_slots_.back();
@@ -52,22 +78,20 @@ stream_state& stream_registry::add(stream_t stream) {
   state->slot = slot;
   stream_state* raw = state.get();
   by_slot_[slot] = std::move(state);
-  by_key_.emplace(k, raw);
   ++size_;
-  last_ = raw;
   return *raw;
 }
 
 void stream_registry::retire(stream_state& state) {
   if (state.retired) return;
-  by_key_.erase(key{state.stream, state.thread});
+  unkey(state);
   state.retired = true;
   state.record_due = false;
   if (last_ == &state) last_ = nullptr;
 }
 
 void stream_registry::recycle(stream_state& state) {
-  if (!state.retired) by_key_.erase(key{state.stream, state.thread});
+  if (!state.retired) unkey(state);
   if (last_ == &state) last_ = nullptr;
   const std::uint32_t slot = state.slot;
   by_slot_[slot].reset();

@@ -57,7 +57,10 @@ struct stream_event {
   std::uint64_t watermark = 0;
 };
 
-/// One stream the pool has seen. The fields the fast paths touch come first.
+struct graph_watch;  // graph_capture.hpp
+
+/// One stream the pool has seen. The fields the fast paths touch come first. A stream captured into
+/// a CUDA graph has a second state per capture (graph_capture.hpp): `capture` names it.
 struct stream_state {
   static constexpr std::uint32_t max_events = 2;
 
@@ -78,6 +81,10 @@ struct stream_state {
   /// Pending frees and record_stream() lists that refer to it, and slow paths that use it with the
   /// pool's lock dropped: it keeps its slot while any remain.
   std::uint32_t holds = 0;
+  /// A capture's state: the capture's id (else 0), and what says when its graph is gone (nullptr
+  /// once it is, or where the driver could not watch it: graph_capture.cpp).
+  std::uint64_t capture = 0;
+  graph_watch* graph = nullptr;
 };
 
 /// Keeps a stream's state (and its slot) for a slow path that may drop the pool's lock or settle
@@ -103,6 +110,10 @@ class stream_registry {
   }
   /// Adds a state for `stream` (as the calling thread names it) in a free slot.
   stream_state& add(stream_t stream);
+  /// The state of capture `capture` on `stream`, or nullptr if none.
+  [[nodiscard]] stream_state* find_capture(std::uint64_t capture, stream_t stream);
+  /// Adds a state for capture `capture` on `stream` in a free slot; no handle finds it.
+  stream_state& add_capture(std::uint64_t capture, stream_t stream);
   /// Whether `stream`, named by the calling thread, is the handle `state` was found by.
   [[nodiscard]] static bool names(const stream_state& state, stream_t stream) noexcept;
   /// The state in `slot` (which must hold one).
@@ -139,10 +150,16 @@ class stream_registry {
   // The state's identity: nullptr for the legacy stream, the calling thread for the per-thread one.
   static key key_of(stream_t stream) noexcept;
   stream_state* find_slow(stream_t stream);
+  // A new state for key `k` in a free slot, in no map yet.
+  stream_state& add_in_free_slot(key k);
+  // Takes `state` out of the map that finds it.
+  void unkey(const stream_state& state);
 
   std::vector<std::unique_ptr<stream_state>> by_slot_ = std::vector<std::unique_ptr<stream_state>>(1);
   std::vector<std::uint32_t> free_slots_;
   std::unordered_map<key, stream_state*, key_hash> by_key_;
+  // Captures' states, by (capture id, stream): keyed apart, so a handle never finds one.
+  std::unordered_map<key, stream_state*, key_hash> by_capture_;
   stream_state* last_ = nullptr;
   std::size_t size_ = 0;
 };

@@ -77,7 +77,18 @@ namespace tidepool::detail {
   X(cuModuleLoadData, 12000, true)                    \
   X(cuModuleUnload, 12000, true)                      \
   X(cuModuleGetFunction, 12000, true)                 \
-  X(cuLaunchKernel, 12000, true)
+  X(cuLaunchKernel, 12000, true)                      \
+  X(cuStreamGetCaptureInfo, 12030, false)             \
+  X(cuThreadExchangeStreamCaptureMode, 12000, false)  \
+  X(cuUserObjectCreate, 12000, false)                 \
+  X(cuUserObjectRelease, 12000, false)                \
+  X(cuGraphRetainUserObject, 12000, false)            \
+  X(cuStreamBeginCapture, 12000, false)               \
+  X(cuStreamEndCapture, 12000, false)                 \
+  X(cuGraphInstantiateWithFlags, 12000, false)        \
+  X(cuGraphLaunch, 12000, false)                      \
+  X(cuGraphExecDestroy, 12000, false)                 \
+  X(cuGraphDestroy, 12000, false)
 
 /// The entry points of the CUDA driver this process loaded; members are null where not found.
 struct cuda_api {

@@ -47,6 +47,40 @@ struct latest_mem_map {
 };
 thread_local latest_mem_map latest_map;
 
+// Puts the calling thread's stream capture mode to relaxed for the life of the guard, and back.
+// A pool's calls may come while this thread, or any thread in global mode, captures a graph (an
+// allocation in the capture that grows the pool, a slow path querying events): in the default
+// mode such "potentially unsafe" calls would invalidate the capture; relaxed, they are made as
+// PyTorch makes its cudaMalloc in a capture. Calls that conflict with capture itself still fail.
+class relaxed_capture_mode {
+ public:
+  explicit relaxed_capture_mode(const cuda_api& api) : api_(api) {
+    if (api_.cuThreadExchangeStreamCaptureMode == nullptr) return;
+    exchanged_ = api_.cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS;
+  }
+  ~relaxed_capture_mode() {
+    if (exchanged_) api_.cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  relaxed_capture_mode(const relaxed_capture_mode&) = delete;
+  relaxed_capture_mode& operator=(const relaxed_capture_mode&) = delete;
+
+ private:
+  const cuda_api& api_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool exchanged_ = false;
+};
+
+// A graph's user object's destructor (watch_graph): the driver calls it on a thread of its own.
+struct graph_watch_call {
+  graph_gone_fn gone;
+  void* context;
+};
+void CUDA_CB run_graph_gone(void* raw) {
+  const auto* call = static_cast<graph_watch_call*>(raw);
+  call->gone(call->context);
+  delete call;
+}
+
 bool is_special_stream(stream_t stream) {
   const auto raw = reinterpret_cast<CUstream>(stream);
   return raw == nullptr || raw == CU_STREAM_LEGACY || raw == CU_STREAM_PER_THREAD;
@@ -139,6 +173,7 @@ driver_status cuda_driver::in_context(int device, driver_call kind, Call&& call,
     return to_driver_status(result);
   }
   const context_guard guard(api_, context);
+  const relaxed_capture_mode relaxed(api_);
   return to_driver_status(counter_.timed(kind, call, elapsed_us));
 }
 
@@ -420,3 +455,55 @@ std::string cuda_driver_unavailable_reason() {
 }
 
 }  // namespace tidepool
+
+namespace tidepool::detail {
+
+driver_status cuda_driver::capture_of(int device, stream_t stream, stream_capture* out) {
+  *out = stream_capture{};
+  if (!valid(device)) return driver_status::invalid_value;
+  // The legacy default stream cannot be captured; a driver without the query has no graphs to say.
+  const auto raw = reinterpret_cast<CUstream>(stream);
+  if (raw == nullptr || raw == CU_STREAM_LEGACY || api_.cuStreamGetCaptureInfo == nullptr) return driver_status::success;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph graph = nullptr;
+  // No context is made current: the stream names its own, and this runs on every allocation of
+  // a non-default stream, so it stays one call.
+  const CUresult result = api_.cuStreamGetCaptureInfo(raw, &status, &id, &graph, nullptr, nullptr, nullptr);
+  if (result != CUDA_SUCCESS) return to_driver_status(result);
+  // An invalidated capture still ends in cuStreamEndCapture, which destroys what was built: its
+  // blocks are kept like an active one's until the driver says the graph is gone.
+  if (status == CU_STREAM_CAPTURE_STATUS_NONE) return driver_status::success;
+  out->active = true;
+  out->id = static_cast<std::uint64_t>(id);
+  out->graph = graph;
+  return driver_status::success;
+}
+
+driver_status cuda_driver::watch_graph(int device, void* graph, graph_gone_fn gone, void* context) {
+  if (!valid(device) || graph == nullptr || gone == nullptr) return driver_status::invalid_value;
+  if (api_.cuUserObjectCreate == nullptr || api_.cuGraphRetainUserObject == nullptr || api_.cuUserObjectRelease == nullptr) {
+    return driver_status::not_supported;
+  }
+  auto* call = new graph_watch_call{gone, context};
+  CUuserObject object = nullptr;
+  const relaxed_capture_mode relaxed(api_);
+  if (const CUresult made = api_.cuUserObjectCreate(&object, call, run_graph_gone, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+      made != CUDA_SUCCESS) {
+    delete call;
+    return to_driver_status(made);
+  }
+  // The graph takes the one reference; it drops it once the graph, the executable graphs made
+  // from it and their launches are gone, and the destructor runs.
+  if (const CUresult retained = api_.cuGraphRetainUserObject(static_cast<CUgraph>(graph), object, 1, CU_GRAPH_USER_OBJECT_MOVE);
+      retained != CUDA_SUCCESS) {
+    // Ours still: releasing it runs the destructor, which would say the graph is gone. The caller
+    // is told it failed instead, so the call is taken back first.
+    call->gone = [](void*) {};
+    api_.cuUserObjectRelease(object, 1);
+    return to_driver_status(retained);
+  }
+  return driver_status::success;
+}
+
+}  // namespace tidepool::detail

@@ -67,6 +67,8 @@ class cuda_driver final : public driver {
                              stream_t stream) override;
   driver_status copy_to_device(int device, device_address destination, const void* source, std::size_t bytes,
                                stream_t stream) override;
+  driver_status capture_of(int device, stream_t stream, stream_capture* out) override;
+  driver_status watch_graph(int device, void* graph, graph_gone_fn gone, void* context) override;
 
   [[nodiscard]] driver_call_counts call_counts() const override { return counter_.snapshot(); }
   [[nodiscard]] mem_map_times last_mem_map_times() const override;

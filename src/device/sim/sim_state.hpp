@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -121,6 +122,14 @@ struct sim_device {
 struct sim_event {
   int device = 0;
   double completes_at = 0;
+  bool recorded_in_capture = false;  ///< last recorded on a stream being captured: not queryable
+};
+
+/// A CUDA graph made by stream capture (sim_graphs.cpp).
+struct sim_graph {
+  std::uint64_t capture_id = 0;
+  bool capturing = true;
+  std::vector<std::pair<graph_gone_fn, void*>> watchers;  ///< called when it is destroyed
 };
 
 /// CUDA's special stream handles: the legacy default stream and the calling thread's default stream.
@@ -175,6 +184,14 @@ class sim_state {
   /// token with no memory behind it, and copies move nothing.
   std::unordered_map<void*, std::size_t> host_allocations;
   physical_handle next_handle = 1;
+  /// Graphs by token, and the streams being captured into one, by (device, stream handle).
+  std::map<std::uintptr_t, sim_graph> graphs;
+  std::map<std::pair<int, stream_t>, std::uintptr_t> capturing_streams;
+  /// How many streams are being captured: capture_of reads it with no lock, so allocations on
+  /// streams in a program that never captures cost no lock here.
+  std::atomic<std::size_t> capture_count{0};
+  std::uint64_t next_capture_id = 1;
+  std::uint64_t captured_event_records = 0;
 
  private:
   // Calls seen of each kind since the start (never reset: fault injection counts from here).

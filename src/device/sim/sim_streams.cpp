@@ -90,7 +90,7 @@ driver_status sim_driver::event_create(int device, event_t* out) {
   if (status != driver_status::success) return status;
   if (out == nullptr) return driver_status::invalid_value;
   const event_t event = as_event(state.make_token(device));
-  state.events.emplace(event, detail::sim_event{device, 0.0});
+  state.events.emplace(event, detail::sim_event{device, 0.0, false});
   *out = event;
   return driver_status::success;
 }
@@ -117,6 +117,8 @@ driver_status sim_driver::event_record(int device, event_t event, stream_t strea
   if (recorded == nullptr || tail == nullptr) return driver_status::invalid_value;
   // The event completes when the work queued so far on the stream does (at once on an idle one).
   recorded->completes_at = std::max(state.now, *tail);
+  recorded->recorded_in_capture = state.capturing_streams.count({device, stream}) != 0;
+  if (recorded->recorded_in_capture) ++state.captured_event_records;
   return driver_status::success;
 }
 
@@ -128,6 +130,7 @@ driver_status sim_driver::event_query(int device, event_t event) {
   if (status != driver_status::success) return status;
   const detail::sim_event* queried = find_event_on(state, device, event);
   if (queried == nullptr) return driver_status::invalid_value;
+  if (queried->recorded_in_capture) return driver_status::error;  // CUDA: not permitted on a captured event
   return queried->completes_at <= state.now ? driver_status::success : driver_status::not_ready;
 }
 
@@ -139,6 +142,7 @@ driver_status sim_driver::event_synchronize(int device, event_t event) {
   if (status != driver_status::success) return status;
   const detail::sim_event* awaited = find_event_on(state, device, event);
   if (awaited == nullptr) return driver_status::invalid_value;
+  if (awaited->recorded_in_capture) return driver_status::error;
   state.now = std::max(state.now, awaited->completes_at);
   return driver_status::success;
 }
@@ -203,6 +207,7 @@ void sim_driver::launch(int device, stream_t stream, double duration_us, device_
     throw error(error_code::invalid_argument,
                 fmt::format("sim launch: range of {} bytes at {:#x} wraps around", bytes, address));
   }
+  if (state.capturing_streams.count({device, stream}) != 0) return;  // captured into a graph, not run
   *tail = std::max(state.now, *tail) + duration_us;
   target.busy_until = std::max(target.busy_until, *tail);
   // Work on memory that is not mapped (a sleeping tag's, a freed handle's) faults on a GPU

@@ -1,0 +1,91 @@
+// CUDA graph captures: the memory a graph's kernels write to stays the graph's while it lives.
+//
+// An allocation on a stream being captured (the driver's capture_of, asked on every allocation of
+// a stream other than the legacy default stream, which cannot be captured) is served through a
+// stream state of the capture's own, one per (capture, stream): a slot in every arena like any
+// stream's. Its blocks freed, during the capture or after it and on whatever stream the free
+// names, go back to that slot, where only later allocations of the same capture on the same
+// stream find them (the graph orders its own work on a stream, as a stream does), never other
+// work and never release(): the graph's launches write there. Such a state records no event (an
+// event recorded in a capture cannot be queried afterwards) and is left out of device-wide waits.
+// When the driver says the graph is gone, its free blocks become free for every stream (its
+// launches are done by then), its live blocks free as any stream's, and the state keeps its slot
+// until it holds nothing. Where the driver cannot watch the graph, its memory stays kept for it
+// until the pool is destroyed: nothing is ever handed out under a graph that may still launch.
+// This is what PyTorch's allocator does with a graph's private pool, which PyTorch's pluggable
+// allocator interface does not pass on (tidepool.torch.use()).
+#include <fmt/format.h>
+
+#include "core/graph_capture.hpp"
+#include "core/pool_impl.hpp"
+
+namespace tidepool::detail {
+
+bool pool_impl::captured_now(stream_t stream, stream_capture& capture) {
+  if (driver_->capture_of(device_, stream, &capture) != driver_status::success) return false;
+  return capture.active;
+}
+
+stream_state& pool_impl::capture_state(stream_t stream, const stream_capture& capture) {
+  if (stream_state* s = streams_.find_capture(capture.id, stream)) return *s;
+  if (!driver_->stream_on_device(stream, device_)) {
+    throw error(error_code::invalid_stream,
+                fmt::format("tidepool: stream {} does not belong to device {}", fmt::ptr(stream), device_));
+  }
+  stream_state& s = streams_.add_capture(capture.id, stream);
+  for (auto& a : arenas_) a->ensure_slots(streams_.slot_count());
+  s.record_due = false;
+  ++s.holds;  // kept while the graph may launch, whatever it holds
+  auto* watch = new graph_watch;
+  watch->owners.store(2, std::memory_order_relaxed);
+  if (driver_->watch_graph(device_, capture.graph, &graph_watch::on_gone, watch) != driver_status::success) {
+    watch->owners.store(1, std::memory_order_relaxed);  // no callback will come: kept until the pool goes
+  }
+  s.graph = watch;
+  ++graphs_kept_;
+  return s;
+}
+
+bool pool_impl::kept_for_graph(stream_state& s) {
+  if (s.capture == 0 || s.graph == nullptr) return false;
+  if (!s.graph->gone.load(std::memory_order_acquire)) return true;
+  // The graph is gone, and with it every launch: what it freed is free for every stream.
+  s.graph->drop();
+  s.graph = nullptr;
+  --graphs_kept_;
+  s.completed = std::max(s.completed, s.last_free);
+  if (block* b = s.parked) {
+    s.parked = nullptr;
+    b->owner_arena->give_back(b, 0, b->free_sequence, b->freed_tick);
+  }
+  for (auto& a : arenas_) a->make_global(s.slot, s.completed);
+  streams_.retire(s);
+  --s.holds;
+  return false;
+}
+
+bool pool_impl::stream_captured(stream_t stream) {
+  if (!options_.follow_graph_captures || is_legacy_stream(stream)) return false;
+  stream_capture capture;
+  return captured_now(stream, capture);
+}
+
+std::size_t pool_impl::graph_kept_bytes() {
+  std::size_t bytes = 0;
+  streams_.for_each([&](stream_state& s) {
+    if (!kept_for_graph(s)) return;
+    for (const auto& a : arenas_) bytes += a->free_bytes(s.slot);
+    if (s.parked != nullptr) bytes += s.parked->size;
+  });
+  return bytes;
+}
+
+void pool_impl::let_go_of_graphs() noexcept {
+  streams_.for_each([](stream_state& s) {
+    if (s.graph == nullptr) return;
+    s.graph->drop();
+    s.graph = nullptr;
+  });
+}
+
+}  // namespace tidepool::detail

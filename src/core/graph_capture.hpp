@@ -1,0 +1,32 @@
+// What says when a CUDA graph that the pool keeps memory for is gone.
+//
+// A pool that follows graph captures (pool_options::follow_graph_captures) gives each capture, on
+// each of its streams, a stream state of its own (graph_capture.cpp): what is allocated in the
+// capture is the graph's, since its kernels write there at every launch. The driver says when the
+// graph is gone (a CUDA user object the graph owns, whose destructor runs on a thread of the
+// driver's own once the graph, every executable graph made from it and their launches are done),
+// by setting `gone` here. The pool and the driver each own the watch; whichever lets go last
+// frees it, since the driver may outlive the pool and the pool the driver's callback.
+#pragma once
+
+#include <atomic>
+
+namespace tidepool::detail {
+
+struct graph_watch {
+  std::atomic<bool> gone{false};
+  std::atomic<int> owners{1};
+
+  /// The driver's callback (driver::watch_graph): the graph is gone. Makes no driver call.
+  static void on_gone(void* self) noexcept {
+    auto* watch = static_cast<graph_watch*>(self);
+    watch->gone.store(true, std::memory_order_release);
+    watch->drop();
+  }
+  /// One owner lets go; the last one frees the watch.
+  void drop() noexcept {
+    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+};
+
+}  // namespace tidepool::detail
