@@ -120,7 +120,8 @@ pool_impl::~pool_impl() {
 }
 
 stream_state& pool_impl::add_stream(stream_t stream) {
-  if (!driver_->stream_on_device(stream, device_)) {
+  // A stream being captured cannot be asked its device (graph_capture.cpp): taken on trust.
+  if (!stream_captured(stream) && !driver_->stream_on_device(stream, device_)) {
     throw error(error_code::invalid_stream,
                 fmt::format("tidepool: stream {} does not belong to device {}", fmt::ptr(stream), device_));
   }

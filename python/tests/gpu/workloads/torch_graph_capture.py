@@ -18,6 +18,7 @@ if mode == "tidepool":
     tidepool.torch.use()
 from common import emit  # noqa: E402
 
+torch.set_grad_enabled(False)  # inference, as a server captures: intermediates die in the capture
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).cuda()
 batches = [8, 64, 256, 1024]
@@ -38,6 +39,7 @@ for b in batches:
         out = model[2](model[1](hidden))
         del hidden
     graphs[b], outputs[b] = g, out
+    del g, out
 
 result = {"mode": mode}
 expected = {b: model(inputs[b]).clone() for b in batches}
