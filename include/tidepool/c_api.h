@@ -126,6 +126,10 @@ typedef struct tidepool_pool_options_t {
   int32_t reserved3_;             /**< zero */
   double alias_slack;             /**< the alias budget's fraction above peak in use
                                        (tidepool::pool_options::alias_slack; default 0.02) */
+  int32_t follow_graph_captures;  /**< 1 (default): what a CUDA graph capture allocates stays the graph's
+                                       until the driver says it is gone; 0: a captured stream is an
+                                       ordinary one (tidepool::pool_options::follow_graph_captures) */
+  int32_t reserved4_;             /**< zero */
 } tidepool_pool_options_t;
 
 /** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return

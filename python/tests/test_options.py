@@ -65,6 +65,24 @@ def test_alias_options_round_trip_and_bad_values_are_refused():
     assert lines[5] == "True 0.05"
 
 
+def test_follow_graph_captures_round_trips_and_reaches_the_pool():
+    out = run_script("""
+        import tidepool
+        print(tidepool.get_pool_options()["follow_graph_captures"])
+        try:
+            tidepool.set_pool_options(follow_graph_captures="no")
+        except TypeError as e:
+            print(str(e).split(":", 1)[1].strip())
+        tidepool.set_pool_options(follow_graph_captures=False)
+        print(tidepool.get_pool_options()["follow_graph_captures"])
+        tidepool.deallocate(tidepool.allocate(4 << 20))  # a pool made with it
+        s = tidepool.stats()
+        print(s.graphs, s.graph_kept_bytes)
+    """)
+    assert out.strip().splitlines() == [
+        "True", "follow_graph_captures must be True or False, not 'no'", "False", "0 0"]
+
+
 def test_unknown_options_are_refused(tp):
     with pytest.raises(TypeError, match="bytecap"):
         tp.set_pool_options(bytecap=1)

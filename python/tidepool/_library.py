@@ -70,6 +70,8 @@ class CPoolOptions(ctypes.Structure):
         ("alias_free_handles", ctypes.c_int32),
         ("reserved3_", ctypes.c_int32),
         ("alias_slack", ctypes.c_double),
+        ("follow_graph_captures", ctypes.c_int32),
+        ("reserved4_", ctypes.c_int32),
     ]
 
 

@@ -74,6 +74,30 @@ TEST_F(CApiOptions, AliasOptionsReachThePoolAndBadOnesAreRefused) {
   EXPECT_EQ(made.alias_slack, 0.05);
 }
 
+TEST_F(CApiOptions, FollowGraphCapturesReachesThePoolAndBadValuesAreRefused) {
+  use_small_sim(2);
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(options.follow_graph_captures, 1);  // on by default
+  const tidepool_pool_options_t defaults = options;
+  options.follow_graph_captures = 2;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("follow_graph_captures is 2: expected 0 or 1"), std::string::npos)
+      << tidepool_last_error();
+  options = defaults;
+  options.reserved4_ = 3;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  options = defaults;
+  options.follow_graph_captures = 0;
+  ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS) << tidepool_last_error();
+  // A caller whose struct ends before the field leaves it as it is.
+  tidepool_pool_options_t older = defaults;
+  older.struct_size = offsetof(tidepool_pool_options_t, follow_graph_captures);
+  ASSERT_EQ(tidepool_set_default_pool_options(&older), TIDEPOOL_SUCCESS) << tidepool_last_error();
+  EXPECT_FALSE(device_pool(1).options().follow_graph_captures);
+}
+
 TEST_F(CApiOptions, AnOlderCallersStructChangesOnlyItsFields) {
   use_small_sim();
   tidepool_pool_options_t full{};
