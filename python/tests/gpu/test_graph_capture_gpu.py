@@ -1,7 +1,7 @@
-"""CUDA graphs captured through tidepool.torch.use(): several graphs in CUDA's default capture mode
-replay as eager code computes; a graph's memory is never handed to eager tensors while it lives,
-even after the program drops its output and releases the cache; once the graphs are destroyed
-their memory comes back."""
+"""CUDA graphs captured through tidepool.torch.use() (several graphs in CUDA's default capture
+mode) and tidepool.cupy.use(): replays compute what eager code does; a graph's memory is never
+handed to eager tensors while it lives, even after the program drops its output and releases the
+cache; once the graphs are destroyed their memory comes back."""
 
 from gpu_support import require, run_workload
 
@@ -23,3 +23,15 @@ def test_graph_memory_stays_with_the_graph_until_it_is_destroyed():
     assert r["graphs_after_destroy"] == 0, r
     assert r["released_after_destroy"] >= r["graph_kept_bytes"], r
     assert r["mapped_after"] - r["in_use_after"] < 64 * MiB, r
+
+
+def test_a_cupy_capture_keeps_its_memory_until_the_graph_is_destroyed():
+    require("cupy")
+    r = run_workload("cupy_graph_capture.py")
+    assert r["graphs_kept"] == 1, r
+    assert r["graph_ran"], r
+    assert r["graph_kept_bytes"] >= 32 * MiB, r  # the temporary and the dropped output
+    assert r["eager_on_graph_memory"] == 0, r
+    assert r["eager_intact"], r
+    assert r["graphs_after_destroy"] == 0, r
+    assert r["released_after_destroy"] >= 32 * MiB, r
