@@ -134,6 +134,8 @@ class TIDEPOOL_API sim_driver final : public driver {
   void destroy_graph(void* graph);
   /// Events recorded on a stream while it was captured.
   [[nodiscard]] std::uint64_t captured_event_records() const;
+  /// watch_graph answers not_supported from now on, as a driver without user objects.
+  void refuse_graph_watches();
 
   // --- fault injection ---
   /// The `nth` (1-based) next call of `call` fails with `status`.

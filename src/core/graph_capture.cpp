@@ -15,6 +15,7 @@
 // This is what PyTorch's allocator does with a graph's private pool, which PyTorch's pluggable
 // allocator interface does not pass on (tidepool.torch.use()).
 #include "core/graph_capture.hpp"
+
 #include "core/pool_impl.hpp"
 
 namespace tidepool::detail {
@@ -34,8 +35,10 @@ stream_state& pool_impl::capture_state(stream_t stream, const stream_capture& ca
   ++s.holds;  // kept while the graph may launch, whatever it holds
   auto* watch = new graph_watch;
   watch->owners.store(2, std::memory_order_relaxed);
-  if (driver_->watch_graph(device_, capture.graph, &graph_watch::on_gone, watch) != driver_status::success) {
-    watch->owners.store(1, std::memory_order_relaxed);  // no callback will come: kept until the pool goes
+  if (driver_->watch_graph(device_, capture.graph, &graph_watch::on_gone, watch) !=
+      driver_status::success) {
+    watch->owners.store(
+        1, std::memory_order_relaxed);  // no callback will come: kept until the pool goes
   }
   s.graph = watch;
   ++graphs_kept_;

@@ -52,13 +52,15 @@ TEST_F(PoolGraphCapture, WhatTheCaptureFreedIsHandedToNoOtherWorkWhileTheGraphLi
   EXPECT_EQ(p.stats().mapped_bytes, 12 * MiB);
   for (stream_t s : {static_cast<stream_t>(nullptr), other, capturing}) {
     for (void* q : allocate_many(4, 4 * MiB, s)) {
-      EXPECT_FALSE(overlaps(q, 4 * MiB, hidden, 8 * MiB)) << "eager work got the graph's intermediate";
+      EXPECT_FALSE(overlaps(q, 4 * MiB, hidden, 8 * MiB))
+          << "eager work got the graph's intermediate";
       EXPECT_FALSE(overlaps(q, 4 * MiB, output, 4 * MiB)) << "eager work got the graph's output";
       p.deallocate(q, s);
     }
   }
   p.release();
-  EXPECT_EQ(p.stats().mapped_bytes, 12 * MiB) << "what eager work freed goes back, the graph's stays";
+  EXPECT_EQ(p.stats().mapped_bytes, 12 * MiB)
+      << "what eager work freed goes back, the graph's stays";
 
   sim->destroy_graph(graph);
   EXPECT_EQ(p.release(), 12 * MiB) << "the graph is gone: its memory goes back with the rest";
@@ -131,7 +133,8 @@ TEST_F(PoolGraphCapture, StreamsJoinedToOneCaptureKeepTheirBlocksApart) {
   void* on_main = p.allocate(4 * MiB, capturing);
   p.deallocate(on_main, capturing);
   void* on_side = p.allocate(4 * MiB, side);
-  EXPECT_NE(on_side, on_main) << "the graph orders each stream's work, not the two against each other";
+  EXPECT_NE(on_side, on_main)
+      << "the graph orders each stream's work, not the two against each other";
   p.deallocate(on_side, side);
   void* graph = sim->end_capture(0, capturing);
   EXPECT_EQ(p.stats().graphs, 2u) << "one state per stream of the capture";
@@ -172,6 +175,20 @@ TEST_F(PoolGraphCapture, TheGraphsMemoryIsKeptEvenPastThePoolsEnd) {
   }
   sim->destroy_graph(graph);
   SUCCEED();
+}
+
+TEST_F(PoolGraphCapture, AGraphTheDriverCannotWatchKeepsItsMemoryUntilThePoolGoes) {
+  sim->refuse_graph_watches();
+  sim->begin_capture(0, capturing);
+  void* b = p.allocate(8 * MiB, capturing);
+  p.deallocate(b, capturing);
+  void* graph = sim->end_capture(0, capturing);
+  sim->destroy_graph(graph);  // the pool is never told
+  EXPECT_EQ(p.stats().graphs, 1u);
+  EXPECT_EQ(p.release(), 0u) << "nothing is handed out under a graph that may still launch";
+  void* other_block = p.allocate(8 * MiB, other);
+  EXPECT_FALSE(overlaps(other_block, 8 * MiB, b, 8 * MiB));
+  p.deallocate(other_block, other);
 }
 
 TEST_F(PoolGraphCapture, SwitchedOffTheCaptureIsAnOrdinaryStream) {

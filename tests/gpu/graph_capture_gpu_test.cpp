@@ -39,7 +39,8 @@ bool graphs_gone(pool& p) {
 
 TEST(GraphCaptureOnGpu, AllocationsInAGlobalCaptureAreKeptForTheGraphUntilItIsGone) {
   TIDEPOOL_REQUIRE_GPU();
-  if (cu().cuStreamBeginCapture == nullptr || cu().cuUserObjectCreate == nullptr) GTEST_SKIP() << "driver without graphs";
+  if (cu().cuStreamBeginCapture == nullptr || cu().cuUserObjectCreate == nullptr)
+    GTEST_SKIP() << "driver without graphs";
   auto drv = make_cuda_driver();
   gpu_test::make_current(*drv);
   stream_t s = nullptr;
@@ -53,11 +54,14 @@ TEST(GraphCaptureOnGpu, AllocationsInAGlobalCaptureAreKeptForTheGraphUntilItIsGo
     // 256 MiB the pool does not hold yet: growth's calls run inside the capture.
     void* scratch = p.allocate(256 * MiB, s);
     void* output = p.allocate(64 * MiB, s);
-    check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(scratch), 0x11, 256 * MiB, cs), "memset (captured)");
-    check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(output), 0x22, 64 * MiB, cs), "memset (captured)");
+    check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(scratch), 0x11, 256 * MiB, cs),
+          "memset (captured)");
+    check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(output), 0x22, 64 * MiB, cs),
+          "memset (captured)");
     p.deallocate(scratch, s);
     CUgraph graph = nullptr;
-    ASSERT_EQ(cu().cuStreamEndCapture(cs, &graph), CUDA_SUCCESS) << "the pool's calls left the capture valid";
+    ASSERT_EQ(cu().cuStreamEndCapture(cs, &graph), CUDA_SUCCESS)
+        << "the pool's calls left the capture valid";
     CUgraphExec exec = nullptr;
     check(cu().cuGraphInstantiateWithFlags(&exec, graph, 0), "cuGraphInstantiateWithFlags");
     EXPECT_EQ(p.stats().graphs, 1u);
@@ -69,16 +73,19 @@ TEST(GraphCaptureOnGpu, AllocationsInAGlobalCaptureAreKeptForTheGraphUntilItIsGo
     for (stream_t on : {static_cast<stream_t>(nullptr), other, s}) {
       for (int i = 0; i < 4; ++i) {
         void* q = p.allocate(64 * MiB, on);
-        EXPECT_FALSE(overlaps(q, 64 * MiB, scratch, 256 * MiB) || overlaps(q, 64 * MiB, output, 64 * MiB));
+        EXPECT_FALSE(overlaps(q, 64 * MiB, scratch, 256 * MiB) ||
+                     overlaps(q, 64 * MiB, output, 64 * MiB));
         check(cu().cuMemsetD8(reinterpret_cast<CUdeviceptr>(q), 0x7e, 64 * MiB), "cuMemsetD8");
         eager.emplace_back(q, on);
       }
     }
     check(cu().cuGraphLaunch(exec, cs), "cuGraphLaunch");
     check(cu().cuStreamSynchronize(cs), "cuStreamSynchronize");
-    EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(output), 64 * MiB, 0x22), -1) << "the graph ran";
+    EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(output), 64 * MiB, 0x22), -1)
+        << "the graph ran";
     for (const auto& [q, on] : eager) {
-      EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(q), 64 * MiB, 0x7e), -1) << "the graph wrote over eager memory";
+      EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(q), 64 * MiB, 0x7e), -1)
+          << "the graph wrote over eager memory";
       p.deallocate(q, on);
     }
 
@@ -91,9 +98,12 @@ TEST(GraphCaptureOnGpu, AllocationsInAGlobalCaptureAreKeptForTheGraphUntilItIsGo
     check(cu().cuGraphDestroy(graph), "cuGraphDestroy");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const std::size_t graphs_while_launch_runs = p.stats().graphs;
-    std::printf("[figure] graphs the pool keeps 20 ms after destroying a graph whose launch is queued: %zu (%s)\n",
-                graphs_while_launch_runs, busy.method());
-    EXPECT_EQ(graphs_while_launch_runs, 1u) << "the driver said the graph was gone before its launch ran";
+    std::printf(
+        "[figure] graphs the pool keeps 20 ms after destroying a graph whose launch is queued: %zu "
+        "(%s)\n",
+        graphs_while_launch_runs, busy.method());
+    EXPECT_EQ(graphs_while_launch_runs, 1u)
+        << "the driver said the graph was gone before its launch ran";
     check(cu().cuStreamSynchronize(cs), "cuStreamSynchronize");
     ASSERT_TRUE(graphs_gone(p)) << "the driver never said the graph was gone";
     EXPECT_EQ(p.stats().graph_kept_bytes, 0u);
@@ -115,7 +125,9 @@ TEST(GraphCaptureOnGpu, WhatTheCaptureQueryCostsAnAllocation) {
     for (int i = 0; i < 1000; ++i) p.deallocate(p.allocate(4096, on), on);  // warm
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < pairs; ++i) p.deallocate(p.allocate(4096, on), on);
-    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / pairs;
+    return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+               .count() /
+           pairs;
   };
   pool_options off;
   off.follow_graph_captures = false;
@@ -132,9 +144,14 @@ TEST(GraphCaptureOnGpu, WhatTheCaptureQueryCostsAnAllocation) {
   stream_capture c;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < pairs; ++i) (void)drv->capture_of(0, s, &c);
-  const double query = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / pairs;
-  std::printf("[figure] same-size pair, ns: legacy stream %.1f; created stream %.1f (captures followed), %.1f (off); "
-              "one capture query %.1f ns\n", legacy, created, created_off, query);
+  const double query =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() /
+      pairs;
+  std::printf(
+      "[figure] same-size pair, ns: legacy stream %.1f; created stream %.1f (captures followed), "
+      "%.1f (off); "
+      "one capture query %.1f ns\n",
+      legacy, created, created_off, query);
   EXPECT_FALSE(c.active);
   drv->stream_destroy(0, s);
 }

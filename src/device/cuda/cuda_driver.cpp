@@ -463,7 +463,9 @@ driver_status cuda_driver::capture_of(int device, stream_t stream, stream_captur
   if (!valid(device)) return driver_status::invalid_value;
   // The legacy default stream cannot be captured; a driver without the query has no graphs to say.
   const auto raw = reinterpret_cast<CUstream>(stream);
-  if (raw == nullptr || raw == CU_STREAM_LEGACY || api_.cuStreamGetCaptureInfo == nullptr) return driver_status::success;
+  if (raw == nullptr || raw == CU_STREAM_LEGACY || api_.cuStreamGetCaptureInfo == nullptr) {
+    return driver_status::success;
+  }
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   cuuint64_t id = 0;
   CUgraph graph = nullptr;
@@ -472,7 +474,8 @@ driver_status cuda_driver::capture_of(int device, stream_t stream, stream_captur
   const CUresult result = api_.cuStreamGetCaptureInfo(raw, &status, &id, &graph, nullptr, nullptr, nullptr);
   if (result != CUDA_SUCCESS) return to_driver_status(result);
   // An invalidated capture still ends in cuStreamEndCapture, which destroys what was built: its
-  // blocks are kept like an active one's until the driver says the graph is gone.
+  // blocks are kept like an active one's until the driver says the graph is gone (where it gives
+  // no graph to watch, until the pool goes).
   if (status == CU_STREAM_CAPTURE_STATUS_NONE) return driver_status::success;
   out->active = true;
   out->id = static_cast<std::uint64_t>(id);
@@ -482,20 +485,23 @@ driver_status cuda_driver::capture_of(int device, stream_t stream, stream_captur
 
 driver_status cuda_driver::watch_graph(int device, void* graph, graph_gone_fn gone, void* context) {
   if (!valid(device) || graph == nullptr || gone == nullptr) return driver_status::invalid_value;
-  if (api_.cuUserObjectCreate == nullptr || api_.cuGraphRetainUserObject == nullptr || api_.cuUserObjectRelease == nullptr) {
+  if (api_.cuUserObjectCreate == nullptr || api_.cuGraphRetainUserObject == nullptr ||
+      api_.cuUserObjectRelease == nullptr) {
     return driver_status::not_supported;
   }
   auto* call = new graph_watch_call{gone, context};
   CUuserObject object = nullptr;
   const relaxed_capture_mode relaxed(api_);
-  if (const CUresult made = api_.cuUserObjectCreate(&object, call, run_graph_gone, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+  if (const CUresult made =
+          api_.cuUserObjectCreate(&object, call, run_graph_gone, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
       made != CUDA_SUCCESS) {
     delete call;
     return to_driver_status(made);
   }
   // The graph takes the one reference; it drops it once the graph, the executable graphs made
   // from it and their launches are gone, and the destructor runs.
-  if (const CUresult retained = api_.cuGraphRetainUserObject(static_cast<CUgraph>(graph), object, 1, CU_GRAPH_USER_OBJECT_MOVE);
+  if (const CUresult retained =
+          api_.cuGraphRetainUserObject(static_cast<CUgraph>(graph), object, 1, CU_GRAPH_USER_OBJECT_MOVE);
       retained != CUDA_SUCCESS) {
     // Ours still: releasing it runs the destructor, which would say the graph is gone. The caller
     // is told it failed instead, so the call is taken back first.

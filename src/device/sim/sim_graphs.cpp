@@ -28,10 +28,12 @@ std::uint64_t sim_driver::begin_capture(int device, stream_t stream) {
   if (!state.valid_device(device) || !capturable(stream) ||
       state.stream_tail(state.devices[static_cast<std::size_t>(device)], stream) == nullptr) {
     throw error(error_code::invalid_stream,
-                fmt::format("sim begin_capture: stream {} of device {} cannot be captured", fmt::ptr(stream), device));
+                fmt::format("sim begin_capture: stream {} of device {} cannot be captured",
+                            fmt::ptr(stream), device));
   }
   if (state.capturing_streams.count({device, stream}) != 0) {
-    throw error(error_code::invalid_stream, fmt::format("sim begin_capture: stream {} is captured already", fmt::ptr(stream)));
+    throw error(error_code::invalid_stream,
+                fmt::format("sim begin_capture: stream {} is captured already", fmt::ptr(stream)));
   }
   const std::uintptr_t token = state.make_token(device);
   detail::sim_graph graph;
@@ -48,7 +50,8 @@ void sim_driver::join_capture(int device, stream_t stream, stream_t capturing) {
   const auto found = state.capturing_streams.find({device, capturing});
   if (found == state.capturing_streams.end() || !capturable(stream) ||
       state.capturing_streams.count({device, stream}) != 0) {
-    throw error(error_code::invalid_stream, "sim join_capture: no capture to join, or the stream is captured already");
+    throw error(error_code::invalid_stream,
+                "sim join_capture: no capture to join, or the stream is captured already");
   }
   state.capturing_streams.emplace(std::make_pair(device, stream), found->second);
   state.capture_count.fetch_add(1, std::memory_order_relaxed);
@@ -59,7 +62,8 @@ void* sim_driver::end_capture(int device, stream_t stream) {
   detail::sim_state& state = *state_;
   const auto found = state.capturing_streams.find({device, stream});
   if (found == state.capturing_streams.end()) {
-    throw error(error_code::invalid_stream, fmt::format("sim end_capture: stream {} is not captured", fmt::ptr(stream)));
+    throw error(error_code::invalid_stream,
+                fmt::format("sim end_capture: stream {} is not captured", fmt::ptr(stream)));
   }
   const std::uintptr_t token = found->second;
   for (auto it = state.capturing_streams.begin(); it != state.capturing_streams.end();) {
@@ -81,7 +85,8 @@ void sim_driver::destroy_graph(void* graph) {
     detail::sim_state& state = *state_;
     const auto found = state.graphs.find(reinterpret_cast<std::uintptr_t>(graph));
     if (found == state.graphs.end() || found->second.capturing) {
-      throw error(error_code::invalid_argument, "sim destroy_graph: not a graph whose capture ended");
+      throw error(error_code::invalid_argument,
+                  "sim destroy_graph: not a graph whose capture ended");
     }
     watchers = std::move(found->second.watchers);
     state.graphs.erase(found);
@@ -95,9 +100,15 @@ std::uint64_t sim_driver::captured_event_records() const {
   return state_->captured_event_records;
 }
 
+void sim_driver::refuse_graph_watches() {
+  std::lock_guard lock(state_->mutex);
+  state_->graph_watches_refused = true;
+}
+
 driver_status sim_driver::capture_of(int device, stream_t stream, stream_capture* out) {
   *out = stream_capture{};
-  if (state_->capture_count.load(std::memory_order_relaxed) == 0 || !capturable(stream)) return driver_status::success;
+  if (state_->capture_count.load(std::memory_order_relaxed) == 0 || !capturable(stream))
+    return driver_status::success;
   std::lock_guard lock(state_->mutex);
   detail::sim_state& state = *state_;
   const auto found = state.capturing_streams.find({device, stream});
@@ -112,6 +123,7 @@ driver_status sim_driver::watch_graph(int device, void* graph, graph_gone_fn gon
   std::lock_guard lock(state_->mutex);
   detail::sim_state& state = *state_;
   if (!state.valid_device(device) || gone == nullptr) return driver_status::invalid_value;
+  if (state.graph_watches_refused) return driver_status::not_supported;
   const auto found = state.graphs.find(reinterpret_cast<std::uintptr_t>(graph));
   if (found == state.graphs.end()) return driver_status::invalid_value;
   found->second.watchers.emplace_back(gone, context);

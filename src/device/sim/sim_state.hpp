@@ -192,6 +192,7 @@ class sim_state {
   std::atomic<std::size_t> capture_count{0};
   std::uint64_t next_capture_id = 1;
   std::uint64_t captured_event_records = 0;
+  bool graph_watches_refused = false;
 
  private:
   // Calls seen of each kind since the start (never reset: fault injection counts from here).

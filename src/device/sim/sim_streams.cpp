@@ -130,7 +130,8 @@ driver_status sim_driver::event_query(int device, event_t event) {
   if (status != driver_status::success) return status;
   const detail::sim_event* queried = find_event_on(state, device, event);
   if (queried == nullptr) return driver_status::invalid_value;
-  if (queried->recorded_in_capture) return driver_status::error;  // CUDA: not permitted on a captured event
+  // CUDA refuses a query of an event last recorded inside a capture.
+  if (queried->recorded_in_capture) return driver_status::error;
   return queried->completes_at <= state.now ? driver_status::success : driver_status::not_ready;
 }
 
@@ -207,7 +208,8 @@ void sim_driver::launch(int device, stream_t stream, double duration_us, device_
     throw error(error_code::invalid_argument,
                 fmt::format("sim launch: range of {} bytes at {:#x} wraps around", bytes, address));
   }
-  if (state.capturing_streams.count({device, stream}) != 0) return;  // captured into a graph, not run
+  // Captured into a graph, not run.
+  if (state.capturing_streams.count({device, stream}) != 0) return;
   *tail = std::max(state.now, *tail) + duration_us;
   target.busy_until = std::max(target.busy_until, *tail);
   // Work on memory that is not mapped (a sleeping tag's, a freed handle's) faults on a GPU
