@@ -52,6 +52,19 @@ def cupy_memory():
     return ProcessMemory(_pci_bus_id_of_device_0())
 
 
+def graphs_kept_after_waiting(tidepool):
+    """The graphs tidepool still keeps memory for, after waiting up to a second for the driver to
+    tell it of destroyed ones (it does so on a thread of its own, a moment after the last
+    reference goes)."""
+    import time
+
+    for _ in range(1000):
+        if tidepool.stats().graphs == 0:
+            break
+        time.sleep(0.001)
+    return tidepool.stats().graphs
+
+
 def emit(result):
     """Prints the workload's result as the last line (read by the test)."""
     sys.stdout.flush()

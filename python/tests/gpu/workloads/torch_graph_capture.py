@@ -7,7 +7,6 @@ untouched. Then the graphs are destroyed and their memory must come back. `mode`
 
 import gc
 import sys
-import time
 
 import torch
 
@@ -16,7 +15,7 @@ if mode == "tidepool":
     import tidepool
 
     tidepool.torch.use()
-from common import emit  # noqa: E402
+from common import emit, graphs_kept_after_waiting  # noqa: E402
 
 torch.set_grad_enabled(False)  # inference, as a server captures: intermediates die in the capture
 torch.manual_seed(0)
@@ -83,11 +82,7 @@ del graphs, outputs
 gc.collect()
 torch.cuda.synchronize()
 if mode == "tidepool":
-    for _ in range(1000):
-        if tidepool.stats().graphs == 0:
-            break
-        time.sleep(0.001)
-    result["graphs_after_destroy"] = tidepool.stats().graphs
+    result["graphs_after_destroy"] = graphs_kept_after_waiting(tidepool)
     result["released_after_destroy"] = tidepool.release_cached_memory()
     result["in_use_after"] = tidepool.stats().in_use_bytes
     result["mapped_after"] = tidepool.stats().mapped_bytes
