@@ -66,8 +66,8 @@ def set_pool_options(**changes):
     on a page mapped twice),
     alias_slack (the alias budget: how far held memory may pass peak in use before that, 0.02 by
     default), follow_graph_captures (bool, on by default: what a CUDA graph capture allocates stays
-    the graph's, even once freed, until the graph is destroyed; off saves one driver query, about
-    30 ns, per allocation on a stream other than the default one). Byte counts
+    the graph's, even once freed, until the graph is destroyed; off saves one driver query per
+    allocation on a stream other than the default one, docs/RESULTS.md section 11). Byte counts
     are ints from 0 up: anything else raises TypeError or InvalidArgumentError (a ValueError)
     naming the option, and sets nothing."""
     options = _arguments.merged_options("pool", get_pool_options(), changes)

@@ -53,20 +53,11 @@ bool pool_impl::kept_for_graph(stream_state& s) {
   s.graph = nullptr;
   --graphs_kept_;
   s.completed = std::max(s.completed, s.last_free);
-  if (block* b = s.parked) {
-    s.parked = nullptr;
-    b->owner_arena->give_back(b, 0, b->free_sequence, b->freed_tick);
-  }
+  give_back_parked(s);  // to slot 0, now that its free is complete
   for (auto& a : arenas_) a->make_global(s.slot, s.completed);
   streams_.retire(s);
   --s.holds;
   return false;
-}
-
-bool pool_impl::stream_captured(stream_t stream) {
-  if (!options_.follow_graph_captures || is_legacy_stream(stream)) return false;
-  stream_capture capture;
-  return captured_now(stream, capture);
 }
 
 std::size_t pool_impl::graph_kept_bytes() {

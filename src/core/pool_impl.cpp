@@ -158,10 +158,7 @@ void pool_impl::forget_stream(stream_t stream) {
   if (s == nullptr || s->stream == nullptr) return;  // unknown, or the legacy stream (never destroyed)
   // Threads' caches reuse a block on the handle it was freed on, which may name a new stream now.
   take_back_lent(true, s->slot);
-  if (block* b = s->parked) {
-    s->parked = nullptr;
-    b->owner_arena->give_back(b, free_slot(*s, b->free_sequence), b->free_sequence, b->freed_tick);
-  }
+  give_back_parked(*s);
   streams_.retire(*s);
 }
 

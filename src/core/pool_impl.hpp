@@ -58,7 +58,7 @@ class pool_impl {
     // A stream being captured into a CUDA graph allocates through its capture's state
     // (graph_capture.cpp); the legacy default stream cannot be captured and is never asked about.
     stream_capture capture;
-    const bool captured = options_.follow_graph_captures && !is_legacy_stream(stream) && captured_now(stream, capture);
+    const bool captured = stream_captured(stream, capture);
     if (has_thread_caches_.load(std::memory_order_relaxed) && !captured) [[unlikely]] {
       if (thread_cache* c = thread_cache_for(id_)) {
         if (void* p = c->take(size, &where, cache_stream_key(stream), bytes)) return p;
@@ -80,10 +80,7 @@ class pool_impl {
     } else {
       // Not the same size, or not where best fit would place the request: the parked block joins
       // its neighbours now, so placement is exactly what it would have been without parking.
-      if (b != nullptr) {
-        s->parked = nullptr;
-        b->owner_arena->give_back(b, free_slot(*s, b->free_sequence), b->free_sequence, b->freed_tick);
-      }
+      give_back_parked(*s);
       b = where.take(size, s->slot, true);
       if (b == nullptr) {
         const stream_hold hold(*s);  // the slow path recycles idle streams' slots, and may drop the lock
@@ -231,11 +228,19 @@ class pool_impl {
   [[nodiscard]] static bool is_legacy_stream(stream_t stream) noexcept {
     return stream == nullptr || reinterpret_cast<std::uintptr_t>(stream) == legacy_stream_handle;
   }
-  /// Whether `stream` is being captured into a graph now (the driver's answer in `capture`).
+  /// Whether `stream` is being captured into a graph now (the driver's answer in `capture`):
+  /// always false with follow_graph_captures off, and for the legacy stream without asking.
+  bool stream_captured(stream_t stream, stream_capture& capture) {
+    return options_.follow_graph_captures && !is_legacy_stream(stream) && captured_now(stream, capture);
+  }
+  /// stream_captured where only the answer matters (an event about to be recorded on `stream`:
+  /// one recorded in a capture cannot be queried afterwards).
+  bool stream_captured(stream_t stream) {
+    stream_capture capture;
+    return stream_captured(stream, capture);
+  }
+  /// The driver's answer for `stream` (capture_of); false where it gives none.
   bool captured_now(stream_t stream, stream_capture& capture);
-  /// Whether `stream`, which the pool is about to record an event on, is being captured (an event
-  /// recorded in a capture cannot be queried afterwards). Always false with follow_graph_captures off.
-  bool stream_captured(stream_t stream);
   /// The state of `capture` on `stream`, made (and the graph watched) on its first allocation.
   stream_state& capture_state(stream_t stream, const stream_capture& capture);
   /// Whether `s` is a capture's state whose graph may still launch. Once the driver said the
@@ -319,6 +324,13 @@ class pool_impl {
   /// it already completed, else `s`'s own slot.
   [[nodiscard]] static std::uint32_t free_slot(const stream_state& s, std::uint64_t sequence) noexcept {
     return sequence <= s.completed ? 0 : s.slot;
+  }
+  /// Gives `s`'s parked block, if any, to the free index free_slot says.
+  static void give_back_parked(stream_state& s) {
+    if (block* b = s.parked) {
+      s.parked = nullptr;
+      b->owner_arena->give_back(b, free_slot(s, b->free_sequence), b->free_sequence, b->freed_tick);
+    }
   }
   /// Records an event on `s` covering its frees up to `watermark` when it has room for one (or,
   /// overwrite_newest, records its newest event again); false if the driver refused (the frees

@@ -133,12 +133,7 @@ void pool_impl::flush_parked() {
 }
 
 void pool_impl::give_back_parked() {
-  streams_.for_each([](stream_state& s) {
-    if (block* b = s.parked) {
-      s.parked = nullptr;
-      b->owner_arena->give_back(b, free_slot(s, b->free_sequence), b->free_sequence, b->freed_tick);
-    }
-  });
+  streams_.for_each([](stream_state& s) { give_back_parked(s); });
 }
 
 void pool_impl::complete_pending(pending_free& p) {
