@@ -348,6 +348,25 @@ typedef enum tidepool_sleep_keep {
   TIDEPOOL_SLEEP_KEEP_MAX_ENUM = 0x7FFFFFFF
 } tidepool_sleep_keep;
 
+/* CUDA graph captures that share memory (tidepool/graph_pool.hpp), as PyTorch's
+ * torch.cuda.graph(pool=...): a capture joins the graph pool current on the thread that makes its
+ * first allocation on a stream; captures of one graph pool share what they free, kept until all
+ * their graphs are gone. Safe for graphs replayed one after another, never two at once.
+ *
+ *   uint64_t shared, previous;
+ *   tidepool_new_graph_pool(&shared);
+ *   tidepool_set_graph_pool(shared, &previous);
+ *   ... capture one graph per batch size ...
+ *   tidepool_set_graph_pool(previous, NULL); */
+
+/** A new graph pool's id (never 0). */
+TIDEPOOL_API tidepool_status tidepool_new_graph_pool(uint64_t* id);
+/** Makes graph pool `id` (0: none) current on the calling thread; the one it replaces goes to
+ *  `*previous` unless `previous` is NULL. TIDEPOOL_INVALID_ARGUMENT for an id never made. */
+TIDEPOOL_API tidepool_status tidepool_set_graph_pool(uint64_t id, uint64_t* previous);
+/** The graph pool current on the calling thread (0: none). */
+TIDEPOOL_API tidepool_status tidepool_current_graph_pool(uint64_t* id);
+
 /** Makes `tag` (1-64 printable characters) the calling thread's current tag; tags nest. */
 TIDEPOOL_API tidepool_status tidepool_push_tag(const char* tag);
 /** Drops the calling thread's current tag (TIDEPOOL_INVALID_ARGUMENT when none is pushed). */

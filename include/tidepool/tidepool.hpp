@@ -3,6 +3,7 @@
 
 #include "tidepool/driver.hpp"
 #include "tidepool/errors.hpp"
+#include "tidepool/graph_pool.hpp"
 #include "tidepool/pool.hpp"
 #include "tidepool/process.hpp"
 #include "tidepool/reclaim.hpp"

@@ -15,6 +15,7 @@ from . import _frameworks  # noqa: F401  (registers the framework-cache reclaim 
 from ._allocate import (ANY_DEVICE, allocate, deallocate, device_count, forget_stream,
                         get_current_stream, has_context, record_stream, release, set_current_stream)
 from ._errors import AsleepError, InvalidArgumentError, LibraryNotFoundError, OutOfMemoryError, TidepoolError
+from ._graph_pools import GraphPool, current_graph_pool
 from ._hooks import add_reclaim_hook, remove_reclaim_hook
 from ._library import load as _load
 from ._library import path as library_path
@@ -27,10 +28,11 @@ from ._stats import MemorySummary, Stats, available_bytes, memory_summary, stats
 from ._tags import current_tag, is_asleep, region, sleep, tag_stats, wake
 
 __all__ = [
-    "ANY_DEVICE", "AsleepError", "InvalidArgumentError", "LibraryNotFoundError", "MemorySummary", "OutOfMemoryError",
-    "Stats",
+    "ANY_DEVICE", "AsleepError", "GraphPool", "InvalidArgumentError", "LibraryNotFoundError", "MemorySummary",
+    "OutOfMemoryError", "Stats",
     "TidepoolError",
-    "add_reclaim_hook", "allocate", "available_bytes", "deallocate", "describe", "device_count",
+    "add_reclaim_hook", "allocate", "available_bytes", "current_graph_pool", "deallocate", "describe",
+    "device_count",
     "dump_snapshot", "forget_stream", "get_current_stream", "get_pool_options", "get_sharing_options",
     "has_context", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",
     "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook",

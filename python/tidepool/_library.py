@@ -184,6 +184,9 @@ _PROTOTYPES = {
     "tidepool_wake": (_status, [ctypes.c_char_p]),
     "tidepool_tag_asleep": (_status, [ctypes.c_char_p, _int_p]),
     "tidepool_tag_stats": (_status, [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(CStats)]),
+    "tidepool_new_graph_pool": (_status, [ctypes.POINTER(ctypes.c_uint64)]),
+    "tidepool_set_graph_pool": (_status, [ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)]),
+    "tidepool_current_graph_pool": (_status, [ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 _lock = threading.RLock()

@@ -14,11 +14,54 @@
 // until the pool is destroyed: nothing is ever handed out under a graph that may still launch.
 // This is what PyTorch's allocator does with a graph's private pool, which PyTorch's pluggable
 // allocator interface does not pass on (tidepool.torch.use()).
+//
+// Captures made under a graph pool (tidepool/graph_pool.hpp; the thread's current one when a
+// capture first allocates on a stream) share one state per stream instead, as PyTorch's captures
+// given one `pool=` share its memory: one capture's frees serve the next, and the state is kept
+// while any of their graphs lives.
 #include "core/graph_capture.hpp"
 
+#include <fmt/format.h>
+
+#include <atomic>
+
 #include "core/pool_impl.hpp"
+#include "tidepool/errors.hpp"
+#include "tidepool/graph_pool.hpp"
+
+namespace tidepool {
+namespace {
+
+std::atomic<std::uint64_t> graph_pools_made{0};
+thread_local std::uint64_t current_graph_pool_id = 0;
+
+}  // namespace
+
+std::uint64_t new_graph_pool() noexcept {
+  return graph_pools_made.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+std::uint64_t current_graph_pool() noexcept {
+  return current_graph_pool_id;
+}
+
+std::uint64_t set_current_graph_pool(std::uint64_t id) {
+  if (id > graph_pools_made.load(std::memory_order_relaxed)) {
+    throw error(error_code::invalid_argument,
+                fmt::format("graph pool {} was never made (new_graph_pool)", id));
+  }
+  const std::uint64_t previous = current_graph_pool_id;
+  current_graph_pool_id = id;
+  return previous;
+}
+
+}  // namespace tidepool
 
 namespace tidepool::detail {
+
+std::uint64_t current_graph_pool_key() noexcept {
+  return current_graph_pool_id == 0 ? 0 : graph_pool_key(current_graph_pool_id);
+}
 
 bool pool_impl::captured_now(stream_t stream, stream_capture& capture) {
   if (driver_->capture_of(device_, stream, &capture) != driver_status::success) return false;
@@ -27,31 +70,50 @@ bool pool_impl::captured_now(stream_t stream, stream_capture& capture) {
 
 stream_state& pool_impl::capture_state(stream_t stream, const stream_capture& capture) {
   if (stream_state* s = streams_.find_capture(capture.id, stream)) return *s;
-  // No device check here: the driver refuses to say a captured stream's device, and the refusal
-  // invalidates the capture (H200, driver 580). The stream is alive: it answered capture_of.
-  stream_state& s = streams_.add_capture(capture.id, stream);
-  for (auto& a : arenas_) a->ensure_slots(streams_.slot_count());
-  s.record_due = false;
-  ++s.holds;  // kept while the graph may launch, whatever it holds
+  // First allocation of this capture on this stream: its own state, or its graph pool's.
+  const std::uint64_t shared = current_graph_pool_key();
+  stream_state* s = shared != 0 ? streams_.find_capture(shared, stream) : nullptr;
+  if (s == nullptr) {
+    // No device check here: the driver refuses to say a captured stream's device, and the
+    // refusal invalidates the capture (H200, driver 580). The stream is alive: it answered
+    // capture_of.
+    s = &streams_.add_capture(shared != 0 ? shared : capture.id, stream);
+    for (auto& a : arenas_) a->ensure_slots(streams_.slot_count());
+    s->record_due = false;
+    ++s->holds;  // kept while a graph of it may launch, whatever it holds
+  }
+  if (shared != 0) streams_.alias_capture(capture.id, stream, *s);
+  watch_graph_of(*s, capture);
+  return *s;
+}
+
+void pool_impl::watch_graph_of(stream_state& s, const stream_capture& capture) {
   auto* watch = new graph_watch;
   watch->owners.store(2, std::memory_order_relaxed);
   if (driver_->watch_graph(device_, capture.graph, &graph_watch::on_gone, watch) !=
       driver_status::success) {
-    watch->owners.store(
-        1, std::memory_order_relaxed);  // no callback will come: kept until the pool goes
+    // No callback will come: the state is kept until the pool goes.
+    watch->owners.store(1, std::memory_order_relaxed);
   }
+  watch->next = s.graph;
   s.graph = watch;
   ++graphs_kept_;
-  return s;
 }
 
 bool pool_impl::kept_for_graph(stream_state& s) {
   if (s.capture == 0 || s.graph == nullptr) return false;
-  if (!s.graph->gone.load(std::memory_order_acquire)) return true;
-  // The graph is gone, and with it every launch: what it freed is free for every stream.
-  s.graph->drop();
-  s.graph = nullptr;
-  --graphs_kept_;
+  for (graph_watch** link = &s.graph; *link != nullptr;) {
+    graph_watch* watch = *link;
+    if (!watch->gone.load(std::memory_order_acquire)) {
+      link = &watch->next;
+      continue;
+    }
+    *link = watch->next;
+    watch->drop();
+    --graphs_kept_;
+  }
+  if (s.graph != nullptr) return true;
+  // Every graph is gone, and with it every launch: what they freed is free for every stream.
   s.completed = std::max(s.completed, s.last_free);
   give_back_parked(s);  // to slot 0, now that its free is complete
   for (auto& a : arenas_) a->make_global(s.slot, s.completed);
@@ -72,9 +134,11 @@ std::size_t pool_impl::graph_kept_bytes() {
 
 void pool_impl::let_go_of_graphs() noexcept {
   streams_.for_each([](stream_state& s) {
-    if (s.graph == nullptr) return;
-    s.graph->drop();
-    s.graph = nullptr;
+    while (s.graph != nullptr) {
+      graph_watch* watch = s.graph;
+      s.graph = watch->next;
+      watch->drop();
+    }
   });
 }
 

@@ -241,10 +241,13 @@ class pool_impl {
   }
   /// The driver's answer for `stream` (capture_of); false where it gives none.
   bool captured_now(stream_t stream, stream_capture& capture);
-  /// The state of `capture` on `stream`, made (and the graph watched) on its first allocation.
+  /// The state of `capture` on `stream`, made (or, under a graph pool, joined) and the graph
+  /// watched on the capture's first allocation there.
   stream_state& capture_state(stream_t stream, const stream_capture& capture);
-  /// Whether `s` is a capture's state whose graph may still launch. Once the driver said the
-  /// graph is gone, hands its free blocks to every stream and retires it (and says false).
+  /// Adds a watch of `capture`'s graph to `s`'s list.
+  void watch_graph_of(stream_state& s, const stream_capture& capture);
+  /// Whether `s` is a capture's state one of whose graphs may still launch. Once the driver said
+  /// all are gone, hands its free blocks to every stream and retires it (and says false).
   bool kept_for_graph(stream_state& s);
   /// Free bytes kept for graphs still alive (stats).
   [[nodiscard]] std::size_t graph_kept_bytes();
@@ -402,7 +405,7 @@ class pool_impl {
   std::vector<pending_free> pending_;
   driver_status record_failure_ = driver_status::success;  // why record_event returned false last
   std::unordered_map<block*, std::vector<stream_state*>> extra_streams_;
-  std::size_t graphs_kept_ = 0;  // captures' states whose graph may still launch (graph_capture.cpp)
+  std::size_t graphs_kept_ = 0;  // watched graphs that may still launch, per stream state (graph_capture.cpp)
   spin_lock lock_;
 
   // Thread caches (pool_thread_caches.cpp): the caches of threads, blocks and bytes lent to them

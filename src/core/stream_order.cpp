@@ -55,9 +55,14 @@ stream_state& stream_registry::add_capture(std::uint64_t capture, stream_t strea
   return s;
 }
 
+void stream_registry::alias_capture(std::uint64_t capture, stream_t stream, stream_state& state) {
+  by_capture_.emplace(key{stream, capture}, &state);
+}
+
 void stream_registry::unkey(const stream_state& state) {
   if (state.capture != 0) {
-    by_capture_.erase(key{state.stream, state.capture});
+    // Its own key and those of the captures that joined it; few, and retiring one is rare.
+    std::erase_if(by_capture_, [&](const auto& entry) { return entry.second == &state; });
   } else {
     by_key_.erase(key{state.stream, state.thread});
   }

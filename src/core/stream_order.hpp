@@ -81,8 +81,10 @@ struct stream_state {
   /// Pending frees and record_stream() lists that refer to it, and slow paths that use it with the
   /// pool's lock dropped: it keeps its slot while any remain.
   std::uint32_t holds = 0;
-  /// A capture's state: the capture's id (else 0), and what says when its graph is gone (nullptr
-  /// once it is, or where the driver could not watch it: graph_capture.cpp).
+  /// A capture's state: the capture's id, or graph_pool_key() of the graph pool its captures
+  /// share (else 0), and what says when its graphs are gone: a list of watches, one per capture
+  /// that allocated through it (nullptr once all are gone: graph_capture.cpp). A watch the driver
+  /// could not place never says so.
   std::uint64_t capture = 0;
   graph_watch* graph = nullptr;
 };
@@ -114,6 +116,9 @@ class stream_registry {
   [[nodiscard]] stream_state* find_capture(std::uint64_t capture, stream_t stream);
   /// Adds a state for capture `capture` on `stream` in a free slot; no handle finds it.
   stream_state& add_capture(std::uint64_t capture, stream_t stream);
+  /// find_capture(capture, stream) finds `state` from now on, until `state` is retired (a capture
+  /// that joined a graph pool's state: graph_capture.hpp).
+  void alias_capture(std::uint64_t capture, stream_t stream, stream_state& state);
   /// Whether `stream`, named by the calling thread, is the handle `state` was found by.
   [[nodiscard]] static bool names(const stream_state& state, stream_t stream) noexcept;
   /// The state in `slot` (which must hold one).
@@ -158,7 +163,8 @@ class stream_registry {
   std::vector<std::unique_ptr<stream_state>> by_slot_ = std::vector<std::unique_ptr<stream_state>>(1);
   std::vector<std::uint32_t> free_slots_;
   std::unordered_map<key, stream_state*, key_hash> by_key_;
-  // Captures' states, by (capture id, stream): keyed apart, so a handle never finds one.
+  // Captures' states, by (capture id or graph pool key, stream): keyed apart, so a handle never
+  // finds one. A capture that joined a graph pool's state has a key of its own here too.
   std::unordered_map<key, stream_state*, key_hash> by_capture_;
   stream_state* last_ = nullptr;
   std::size_t size_ = 0;

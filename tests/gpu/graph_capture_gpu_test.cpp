@@ -2,7 +2,8 @@
 // capture mode, growth's driver calls included, leaves the capture valid; the graph's blocks are
 // kept from other work while it lives, also after its launches run and the program freed them;
 // the driver says when the graph is gone, only once its launches are done, and the memory then
-// goes back. Prints how long the capture query costs an allocation (issue 15's pair figures).
+// goes back. Two captures under one graph pool share their scratch, and run one after the other
+// correctly. Prints how long the capture query costs an allocation (issue 15's pair figures).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <thread>
 
 #include "gpu_test.hpp"
+#include "tidepool/graph_pool.hpp"
 #include "tidepool/pool.hpp"
 
 namespace tidepool {
@@ -112,6 +114,60 @@ TEST(GraphCaptureOnGpu, AllocationsInAGlobalCaptureAreKeptForTheGraphUntilItIsGo
   }
   drv->stream_destroy(0, s);
   drv->stream_destroy(0, other);
+}
+
+TEST(GraphCaptureOnGpu, CapturesUnderOneGraphPoolShareTheirScratchAndRunInTurn) {
+  TIDEPOOL_REQUIRE_GPU();
+  if (cu().cuStreamBeginCapture == nullptr || cu().cuUserObjectCreate == nullptr)
+    GTEST_SKIP() << "driver without graphs";
+  auto drv = make_cuda_driver();
+  gpu_test::make_current(*drv);
+  stream_t s = nullptr;
+  ASSERT_EQ(drv->stream_create(0, &s), driver_status::success);
+  const auto cs = reinterpret_cast<CUstream>(s);
+  {
+    pool p(drv, 0);
+    const graph_pool_scope scope(new_graph_pool());
+    void* scratch[2] = {};
+    void* output[2] = {};
+    CUgraph graph[2] = {};
+    CUgraphExec exec[2] = {};
+    for (int i = 0; i < 2; ++i) {
+      check(cu().cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+      scratch[i] = p.allocate(128 * MiB, s);
+      output[i] = p.allocate(16 * MiB, s);
+      const auto value = static_cast<unsigned char>(0x31 + i);
+      check(cu().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(scratch[i]), value, 128 * MiB, cs),
+            "memset (captured)");
+      check(cu().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(output[i]),
+                                   reinterpret_cast<CUdeviceptr>(scratch[i]), 16 * MiB, cs),
+            "copy (captured)");
+      p.deallocate(scratch[i], s);
+      ASSERT_EQ(cu().cuStreamEndCapture(cs, &graph[i]), CUDA_SUCCESS);
+      check(cu().cuGraphInstantiateWithFlags(&exec[i], graph[i], 0), "cuGraphInstantiateWithFlags");
+    }
+    EXPECT_EQ(scratch[1], scratch[0]) << "the second capture took the first one's scratch";
+    EXPECT_FALSE(overlaps(output[1], 16 * MiB, output[0], 16 * MiB));
+    EXPECT_EQ(p.stats().mapped_bytes, 160 * MiB);
+    EXPECT_EQ(p.stats().graphs, 2u);
+    for (int i = 0; i < 2; ++i) check(cu().cuGraphLaunch(exec[i], cs), "cuGraphLaunch");
+    check(cu().cuStreamSynchronize(cs), "cuStreamSynchronize");
+    for (int i = 0; i < 2; ++i) {
+      const auto value = static_cast<std::uint8_t>(0x31 + i);
+      EXPECT_EQ(first_mismatch(reinterpret_cast<std::uintptr_t>(output[i]), 16 * MiB, value), -1)
+          << "graph " << i << " ran in turn over the shared scratch";
+    }
+    for (int i = 0; i < 2; ++i) p.deallocate(output[i], nullptr);
+    check(cu().cuGraphExecDestroy(exec[0]), "cuGraphExecDestroy");
+    check(cu().cuGraphDestroy(graph[0]), "cuGraphDestroy");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(p.release(), 0u) << "the second graph still writes there";
+    check(cu().cuGraphExecDestroy(exec[1]), "cuGraphExecDestroy");
+    check(cu().cuGraphDestroy(graph[1]), "cuGraphDestroy");
+    ASSERT_TRUE(graphs_gone(p)) << "the driver never said the graphs were gone";
+    EXPECT_EQ(p.release(), 160 * MiB);
+  }
+  drv->stream_destroy(0, s);
 }
 
 TEST(GraphCaptureOnGpu, WhatTheCaptureQueryCostsAnAllocation) {

@@ -1,0 +1,119 @@
+"""An inference server's CUDA graphs: one forward pass captured per batch size, largest first,
+all given one memory pool (`torch.cuda.graph(pool=...)`, as vLLM does), outputs kept in static
+buffers. Prints the device memory the captures took (held after them less held before), whether
+replays served one at a time in any order match eager results, and which outputs stay intact when
+every graph replays before any output is read. `mode`:
+  default          PyTorch's allocator, the captures sharing one pool
+  default-private  PyTorch's allocator, each capture with a pool of its own
+  tidepool         tidepool.torch.use(); PyTorch's pool= does not reach a pluggable allocator
+  tidepool-shared  the same, the captures made under one tidepool.GraphPool
+Prints the figures as JSON."""
+
+import contextlib
+import gc
+import random
+import sys
+
+import torch
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "tidepool-shared"
+uses_tidepool = mode.startswith("tidepool")
+if uses_tidepool:
+    import tidepool
+
+    tidepool.torch.use()
+from common import emit, graphs_kept_after_waiting  # noqa: E402
+
+torch.set_grad_enabled(False)
+torch.manual_seed(0)
+WIDTH, LAYERS = 2048, 8
+BATCHES = [2048, 1536, 1024, 768, 512, 384, 256, 128, 64, 32, 16, 8, 4, 2, 1]
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(WIDTH)
+        self.up = torch.nn.Linear(WIDTH, 4 * WIDTH)
+        self.down = torch.nn.Linear(4 * WIDTH, WIDTH)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+model = torch.nn.Sequential(*[Block() for _ in range(LAYERS)]).cuda().to(torch.bfloat16)
+inputs = {b: torch.randn(b, WIDTH, device="cuda", dtype=torch.bfloat16) for b in BATCHES}
+expected = {b: model(inputs[b]).clone() for b in BATCHES}
+torch.cuda.synchronize()
+
+
+def held():
+    if uses_tidepool:
+        return tidepool.stats().mapped_bytes
+    return torch.cuda.memory_reserved()
+
+
+# What the program holds before capturing: weights, inputs, expected results; no cache.
+if uses_tidepool:
+    tidepool.release_cached_memory()
+else:
+    torch.cuda.empty_cache()
+held_before = held()
+
+shared_pool = torch.cuda.graph_pool_handle() if mode != "default-private" else None
+graph_pool = tidepool.GraphPool() if mode == "tidepool-shared" else contextlib.nullcontext()
+graphs, outputs = {}, {}
+for b in BATCHES:
+    g = torch.cuda.CUDAGraph()
+    with graph_pool, torch.cuda.graph(g, pool=shared_pool):
+        outputs[b] = model(inputs[b])
+    graphs[b] = g
+del g
+torch.cuda.synchronize()
+result = {"mode": mode, "batches": len(BATCHES), "held_before": held_before,
+          "graph_bytes": held() - held_before}
+if uses_tidepool:
+    stats = tidepool.stats()
+    result["graphs_kept"] = stats.graphs
+    result["graph_kept_bytes"] = stats.graph_kept_bytes
+
+
+def matches(b):
+    return torch.allclose(outputs[b].float(), expected[b].float(), atol=0.05, rtol=0.02)
+
+
+# As a server replays: one graph per step, its output read before the next replay; any order.
+order = list(BATCHES)
+random.Random(0).shuffle(order)
+served = []
+for b in order + BATCHES + order[::-1]:
+    graphs[b].replay()
+    torch.cuda.synchronize()
+    served.append(matches(b))
+result["served_replays_match_eager"] = all(served)
+# Every graph replayed in capture order, then every output read: each later capture's output
+# lies outside what earlier graphs write, so all hold.
+for b in BATCHES:
+    graphs[b].replay()
+torch.cuda.synchronize()
+result["outputs_kept_after_replays_in_capture_order"] = all(matches(b) for b in BATCHES)
+# In the other order a shared pool's outputs are not all kept, with PyTorch's pools as with
+# tidepool's: a later capture's output lies in an earlier graph's scratch (a figure, not a check).
+for b in reversed(BATCHES):
+    graphs[b].replay()
+torch.cuda.synchronize()
+result["outputs_kept_after_replays_in_reverse_order"] = all(matches(b) for b in BATCHES)
+
+del graphs, outputs
+gc.collect()
+torch.cuda.synchronize()
+if uses_tidepool:
+    result["graphs_after_destroy"] = graphs_kept_after_waiting(tidepool)
+    tidepool.release_cached_memory()
+    result["in_use_after_destroy"] = tidepool.stats().in_use_bytes
+else:
+    torch.cuda.empty_cache()
+# More than before the captures by what the program still holds: PyTorch's cuBLAS workspace of the
+# capture stream, made in the first capture, kept after it (by PyTorch's allocator too).
+result["held_after_destroy"] = held()
+emit(result)

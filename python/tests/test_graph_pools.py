@@ -1,0 +1,63 @@
+"""tidepool.GraphPool: entering one makes it this thread's current graph pool and leaving restores
+the one before (nested, on several threads, after an exception); ids are distinct. That captures
+under one share their memory is tested in C++ on sim (tests/core/pool_graph_pool_test.cpp) and
+through PyTorch on the GPU (gpu/test_graph_capture_gpu.py)."""
+
+import threading
+
+import pytest
+
+
+def test_entering_sets_and_leaving_restores(tp):
+    a, b = tp.GraphPool(), tp.GraphPool()
+    assert a.id != 0 and b.id != 0 and a.id != b.id
+    assert tp.current_graph_pool() == 0
+    with a:
+        assert tp.current_graph_pool() == a.id
+        with b:
+            assert tp.current_graph_pool() == b.id
+            with a:
+                assert tp.current_graph_pool() == a.id
+            assert tp.current_graph_pool() == b.id
+        assert tp.current_graph_pool() == a.id
+    assert tp.current_graph_pool() == 0
+
+
+def test_restored_after_an_exception(tp):
+    shared = tp.GraphPool()
+    with pytest.raises(RuntimeError):
+        with shared:
+            raise RuntimeError("capture failed")
+    assert tp.current_graph_pool() == 0
+
+
+def test_each_thread_has_its_own_current_one(tp):
+    shared, other = tp.GraphPool(), tp.GraphPool()
+    seen = {}
+    entered, leave = threading.Event(), threading.Event()
+
+    def worker():
+        with other:
+            seen["inside"] = tp.current_graph_pool()
+            entered.set()
+            leave.wait(5)
+        seen["after"] = tp.current_graph_pool()
+
+    with shared:
+        t = threading.Thread(target=worker)
+        t.start()
+        assert entered.wait(5)
+        assert tp.current_graph_pool() == shared.id
+        leave.set()
+        t.join()
+        assert tp.current_graph_pool() == shared.id
+    assert seen == {"inside": other.id, "after": 0}
+
+
+def test_an_id_never_made_is_refused(tp, lib):
+    made = tp.GraphPool()
+    status = lib.tidepool_set_graph_pool(made.id + 10**6, None)
+    assert status != 0
+    assert b"never made" in lib.tidepool_last_error()
+    assert tp.current_graph_pool() == 0
+    assert lib.tidepool_current_graph_pool(None) != 0  # a null out-pointer: refused, no crash
