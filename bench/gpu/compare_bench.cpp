@@ -3,7 +3,9 @@
 //   - a same-size allocate + free pair, 512 B, 1 MiB and 64 MiB (ns per pair);
 //   - a random mix of 256 B to 64 MiB requests (log-uniform) over 1000 and 10,000 live slots:
 //     each step picks a slot, frees it if taken, else allocates into it (ns per operation).
-// Every allocator sees the same sequence; each runs it once to warm its cache, then timed.
+// Every allocator sees the same sequence; each runs it once to warm its cache, then timed. The
+// whole round runs twice and only the second is reported: whichever allocator a fresh process
+// measures first runs slower (the host warming up), which would favour the ones measured later.
 // Prints a table with ratios to tidepool. `tidepool_compare_bench threads [SECONDS]` runs the
 // thread comparison of compare_threads.cpp instead.
 #include <algorithm>
@@ -129,15 +131,19 @@ int main(int argc, char** argv) {
   try {
     auto drv = tidepool::make_cuda_driver();
     tidepool::gpu_test::make_current(*drv);
-    for (const auto& [order, make] : registry) {
-      auto allocator = make(0);
-      names.push_back(allocator->name());
-      for (const workload& w : workloads) {
-        const double ns = w.unit == "pair" ? run_pairs(*allocator, w) : run_mix(*allocator, w);
-        figures[allocator->name()].push_back(ns);
-        std::fprintf(stderr, "%s, %s: %.1f ns per %s\n", allocator->name().c_str(), w.name.c_str(), ns, w.unit.c_str());
+    for (int round = 0; round < 2; ++round) {
+      const bool reported = round == 1;
+      for (const auto& [order, make] : registry) {
+        auto allocator = make(0);
+        if (reported) names.push_back(allocator->name());
+        for (const workload& w : workloads) {
+          const double ns = w.unit == "pair" ? run_pairs(*allocator, w) : run_mix(*allocator, w);
+          if (reported) figures[allocator->name()].push_back(ns);
+          std::fprintf(stderr, "%s%s, %s: %.1f ns per %s\n", reported ? "" : "(warm-up round) ",
+                       allocator->name().c_str(), w.name.c_str(), ns, w.unit.c_str());
+        }
+        allocator->release_cache();
       }
-      allocator->release_cache();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "compare_bench failed: %s\n", e.what());
