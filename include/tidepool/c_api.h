@@ -350,7 +350,7 @@ typedef enum tidepool_sleep_keep {
 
 /* CUDA graph captures that share memory (tidepool/graph_pool.hpp), as PyTorch's
  * torch.cuda.graph(pool=...): a capture joins the graph pool current on the thread that makes its
- * first allocation on a stream; captures of one graph pool share what they free, kept until all
+ * first allocation on a stream (else the default one); captures of one graph pool share what they free, kept until all
  * their graphs are gone. Safe for graphs replayed one after another, never two at once.
  *
  *   uint64_t shared, previous;
@@ -366,6 +366,12 @@ TIDEPOOL_API tidepool_status tidepool_new_graph_pool(uint64_t* id);
 TIDEPOOL_API tidepool_status tidepool_set_graph_pool(uint64_t id, uint64_t* previous);
 /** The graph pool current on the calling thread (0: none). */
 TIDEPOOL_API tidepool_status tidepool_current_graph_pool(uint64_t* id);
+/** Makes graph pool `id` (0: none) the default, joined by captures on threads with none current
+ *  (PyTorch's autograd threads run a captured backward pass); the one it replaces goes to
+ *  `*previous` unless `previous` is NULL. TIDEPOOL_INVALID_ARGUMENT for an id never made. */
+TIDEPOOL_API tidepool_status tidepool_set_default_graph_pool(uint64_t id, uint64_t* previous);
+/** The default graph pool (0: none). */
+TIDEPOOL_API tidepool_status tidepool_default_graph_pool(uint64_t* id);
 
 /** Makes `tag` (1-64 printable characters) the calling thread's current tag; tags nest. */
 TIDEPOOL_API tidepool_status tidepool_push_tag(const char* tag);

@@ -18,8 +18,10 @@
 //   }
 //
 // A capture joins the graph pool current on the thread that makes its first allocation on a
-// stream; the choice holds for the rest of that capture on that stream. Ids are process-wide: one
-// id serves the pools of every device (each keeps its own memory for it).
+// stream, else the process's default graph pool (set_default_graph_pool: for threads the program
+// does not run, such as PyTorch's autograd threads, which run a captured backward pass); the
+// choice holds for the rest of that capture on that stream. Ids are process-wide: one id serves
+// the pools of every device (each keeps its own memory for it).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,14 @@ TIDEPOOL_API std::uint64_t current_graph_pool() noexcept;
 /// returns the one it replaces. Throws tidepool::error (invalid_argument) for an id that
 /// new_graph_pool never gave out, leaving the current one as it was.
 TIDEPOOL_API std::uint64_t set_current_graph_pool(std::uint64_t id);
+
+/// The graph pool that captures join on threads with none current (0: none).
+TIDEPOOL_API std::uint64_t default_graph_pool() noexcept;
+
+/// Makes `id` (from new_graph_pool, or 0 for none) the default graph pool, for every thread with
+/// none current, and returns the one it replaces. Throws tidepool::error (invalid_argument) for
+/// an id that new_graph_pool never gave out, leaving the default as it was.
+TIDEPOOL_API std::uint64_t set_default_graph_pool(std::uint64_t id);
 
 /// Makes a graph pool current on the calling thread for the scope's life, then restores the one
 /// it replaced. Scopes nest.

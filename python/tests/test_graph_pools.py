@@ -1,5 +1,6 @@
 """tidepool.GraphPool: entering one makes it this thread's current graph pool and leaving restores
-the one before (nested, on several threads, after an exception); ids are distinct. That captures
+the one before (nested, on several threads, after an exception); with all_threads=True it is also
+every other thread's while entered; ids are distinct. That captures
 under one share their memory is tested in C++ on sim (tests/core/pool_graph_pool_test.cpp) and
 through PyTorch on the GPU (gpu/test_graph_capture_gpu.py)."""
 
@@ -61,3 +62,29 @@ def test_an_id_never_made_is_refused(tp, lib):
     assert b"never made" in lib.tidepool_last_error()
     assert tp.current_graph_pool() == 0
     assert lib.tidepool_current_graph_pool(None) != 0  # a null out-pointer: refused, no crash
+
+
+def test_all_threads_makes_it_every_threads_while_entered(tp, lib):
+    import ctypes
+
+    shared = tp.GraphPool(all_threads=True)
+    mine = tp.GraphPool()
+    seen = []
+
+    def look():
+        t = threading.Thread(target=lambda: seen.append(tp.current_graph_pool()))
+        t.start()
+        t.join()
+
+    look()
+    with shared:
+        look()
+        with mine:  # this thread's own wins here; the others keep the default
+            assert tp.current_graph_pool() == mine.id
+            look()
+        assert tp.current_graph_pool() == shared.id
+    look()
+    assert seen == [0, shared.id, shared.id, 0]
+    default = ctypes.c_uint64(7)
+    assert lib.tidepool_default_graph_pool(ctypes.byref(default)) == 0
+    assert default.value == 0

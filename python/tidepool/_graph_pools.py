@@ -13,8 +13,10 @@ memory stays kept until every graph of the pool is gone.
 
 As with PyTorch's shared pools, replay the graphs of one pool one after another (one stream's
 order), never two at once. A capture joins the graph pool current on the thread that makes its
-first allocation on a stream (PyTorch's autograd threads join through the capture, once the
-forward pass allocated in it).
+first allocation on a stream. A captured backward pass (torch.cuda.make_graphed_callables, or
+torch.autograd.grad inside a capture) allocates on PyTorch's autograd threads: make the pool
+every thread's with GraphPool(all_threads=True), as tidepool.region(tag, all_threads=True) does
+for tags.
 """
 
 import ctypes
@@ -25,35 +27,50 @@ from . import _library
 
 class GraphPool:
     """A graph pool: captures made while it is entered (`with pool:`, on this thread) share their
-    memory. Holds no memory of its own; entering it again, nested or on another thread, is fine."""
+    memory. With all_threads=True, entering it also makes it the default of every thread with
+    none of its own (PyTorch's autograd threads), until the matching exit. Holds no memory of its
+    own; entering it again, nested or on another thread, is fine."""
 
-    def __init__(self):
+    def __init__(self, all_threads=False):
         lib = _library.load()
         made = ctypes.c_uint64(0)
         _library.check(lib.tidepool_new_graph_pool(ctypes.byref(made)))
         self.id = made.value
+        self.all_threads = bool(all_threads)
         self._replaced = threading.local()
 
     def __enter__(self):
         lib = _library.load()
         previous = ctypes.c_uint64(0)
+        previous_default = ctypes.c_uint64(0)
+        if self.all_threads:
+            _library.check(lib.tidepool_set_default_graph_pool(self.id, ctypes.byref(previous_default)))
         _library.check(lib.tidepool_set_graph_pool(self.id, ctypes.byref(previous)))
         stack = getattr(self._replaced, "stack", None)
         if stack is None:
             stack = self._replaced.stack = []
-        stack.append(previous.value)
+        stack.append((previous.value, previous_default.value))
         return self
 
     def __exit__(self, *exc):
-        _library.check(_library.load().tidepool_set_graph_pool(self._replaced.stack.pop(), None))
+        lib = _library.load()
+        previous, previous_default = self._replaced.stack.pop()
+        _library.check(lib.tidepool_set_graph_pool(previous, None))
+        if self.all_threads:
+            _library.check(lib.tidepool_set_default_graph_pool(previous_default, None))
         return False
 
     def __repr__(self):
-        return f"tidepool.GraphPool(id={self.id})"
+        return f"tidepool.GraphPool(id={self.id}, all_threads={self.all_threads})"
 
 
 def current_graph_pool():
-    """The id of the graph pool current on this thread (GraphPool.id), or 0 for none."""
+    """The id of the graph pool current on this thread (GraphPool.id), else of the default one
+    (GraphPool(all_threads=True) entered on any thread), or 0 for none: the one a capture whose
+    first allocation this thread makes would join."""
+    lib = _library.load()
     current = ctypes.c_uint64(0)
-    _library.check(_library.load().tidepool_current_graph_pool(ctypes.byref(current)))
+    _library.check(lib.tidepool_current_graph_pool(ctypes.byref(current)))
+    if current.value == 0:
+        _library.check(lib.tidepool_default_graph_pool(ctypes.byref(current)))
     return current.value

@@ -187,6 +187,8 @@ _PROTOTYPES = {
     "tidepool_new_graph_pool": (_status, [ctypes.POINTER(ctypes.c_uint64)]),
     "tidepool_set_graph_pool": (_status, [ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)]),
     "tidepool_current_graph_pool": (_status, [ctypes.POINTER(ctypes.c_uint64)]),
+    "tidepool_set_default_graph_pool": (_status, [ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)]),
+    "tidepool_default_graph_pool": (_status, [ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 _lock = threading.RLock()

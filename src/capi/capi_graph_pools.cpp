@@ -29,4 +29,20 @@ tidepool_status tidepool_current_graph_pool(uint64_t* id) {
   });
 }
 
+tidepool_status tidepool_set_default_graph_pool(uint64_t id, uint64_t* previous) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    const std::uint64_t replaced = tidepool::set_default_graph_pool(id);
+    if (previous != nullptr) *previous = replaced;
+  });
+}
+
+tidepool_status tidepool_default_graph_pool(uint64_t* id) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (id == nullptr) throw_null_argument("tidepool_default_graph_pool", "id");
+    *id = tidepool::default_graph_pool();
+  });
+}
+
 }  // extern "C"

@@ -16,7 +16,8 @@
 // allocator interface does not pass on (tidepool.torch.use()).
 //
 // Captures made under a graph pool (tidepool/graph_pool.hpp; the thread's current one when a
-// capture first allocates on a stream) share one state per stream instead, as PyTorch's captures
+// capture first allocates on a stream, else the process's default) share one state per stream
+// instead, as PyTorch's captures
 // given one `pool=` share its memory: one capture's frees serve the next, and the state is kept
 // while any of their graphs lives.
 #include "core/graph_capture.hpp"
@@ -33,7 +34,15 @@ namespace tidepool {
 namespace {
 
 std::atomic<std::uint64_t> graph_pools_made{0};
+std::atomic<std::uint64_t> default_graph_pool_id{0};
 thread_local std::uint64_t current_graph_pool_id = 0;
+
+void check_made(std::uint64_t id) {
+  if (id > graph_pools_made.load(std::memory_order_relaxed)) {
+    throw error(error_code::invalid_argument,
+                fmt::format("graph pool {} was never made (new_graph_pool)", id));
+  }
+}
 
 }  // namespace
 
@@ -46,13 +55,19 @@ std::uint64_t current_graph_pool() noexcept {
 }
 
 std::uint64_t set_current_graph_pool(std::uint64_t id) {
-  if (id > graph_pools_made.load(std::memory_order_relaxed)) {
-    throw error(error_code::invalid_argument,
-                fmt::format("graph pool {} was never made (new_graph_pool)", id));
-  }
+  check_made(id);
   const std::uint64_t previous = current_graph_pool_id;
   current_graph_pool_id = id;
   return previous;
+}
+
+std::uint64_t default_graph_pool() noexcept {
+  return default_graph_pool_id.load(std::memory_order_acquire);
+}
+
+std::uint64_t set_default_graph_pool(std::uint64_t id) {
+  check_made(id);
+  return default_graph_pool_id.exchange(id, std::memory_order_acq_rel);
 }
 
 }  // namespace tidepool
@@ -60,7 +75,9 @@ std::uint64_t set_current_graph_pool(std::uint64_t id) {
 namespace tidepool::detail {
 
 std::uint64_t current_graph_pool_key() noexcept {
-  return current_graph_pool_id == 0 ? 0 : graph_pool_key(current_graph_pool_id);
+  const std::uint64_t id =
+      current_graph_pool_id != 0 ? current_graph_pool_id : default_graph_pool();
+  return id == 0 ? 0 : graph_pool_key(id);
 }
 
 bool pool_impl::captured_now(stream_t stream, stream_capture& capture) {

@@ -40,7 +40,8 @@ struct graph_watch {
 /// top bit set never names a capture.
 constexpr std::uint64_t graph_pool_key(std::uint64_t id) noexcept { return id | (std::uint64_t{1} << 63); }
 
-/// The key of the graph pool current on the calling thread (tidepool::current_graph_pool), or 0.
+/// The key of the graph pool current on the calling thread (tidepool::current_graph_pool), else
+/// of the default one (tidepool::default_graph_pool), or 0.
 [[nodiscard]] std::uint64_t current_graph_pool_key() noexcept;
 
 }  // namespace tidepool::detail

@@ -39,6 +39,18 @@ TEST_F(CApiGraphPools, MadeSetRestoredAndRefused) {
       << "NULL: the previous one is not wanted";
   ASSERT_EQ(tidepool_current_graph_pool(&current), TIDEPOOL_SUCCESS);
   EXPECT_EQ(current, 0u);
+
+  // The default, for threads with none current.
+  ASSERT_EQ(tidepool_default_graph_pool(&current), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(current, 0u);
+  ASSERT_EQ(tidepool_set_default_graph_pool(shared, &previous), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(previous, 0u);
+  ASSERT_EQ(tidepool_default_graph_pool(&current), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(current, shared);
+  EXPECT_EQ(tidepool_set_default_graph_pool(shared + 1000000, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_default_graph_pool(nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  ASSERT_EQ(tidepool_set_default_graph_pool(0, &previous), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(previous, shared) << "a refused id changed nothing";
 }
 
 TEST_F(CApiGraphPools, TwoCapturesUnderOneIdShareTheirIntermediates) {

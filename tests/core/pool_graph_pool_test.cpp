@@ -1,7 +1,8 @@
 // Graph pools (tidepool/graph_pool.hpp): captures made under one graph pool share what they free,
 // as PyTorch's captures given one `pool=` do, and the memory stays kept until every graph of the
 // pool is gone. Captures under no graph pool, or under another, keep memory of their own. The
-// current graph pool is the calling thread's, restored by graph_pool_scope.
+// current graph pool is the calling thread's, restored by graph_pool_scope; a capture first
+// allocating on a thread with none joins the process's default one.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -163,6 +164,33 @@ TEST_F(PoolGraphPool, StreamsJoinedToCapturesOfOneGraphPoolShareStreamByStream) 
   EXPECT_EQ(p.release(), 8 * MiB);
 }
 
+TEST_F(PoolGraphPool, ACaptureFirstAllocatingOnAThreadWithNoneJoinsTheDefault) {
+  // As PyTorch's autograd thread allocates a captured backward pass: the capture's first
+  // allocation on the stream comes from a thread the program did not give a graph pool.
+  auto capture_on_other_thread = [&](void** hidden_at) {
+    sim->begin_capture(0, capturing);
+    std::thread([&] {
+      *hidden_at = p.allocate(16 * MiB, capturing);
+      p.deallocate(*hidden_at, capturing);
+    }).join();
+    return sim->end_capture(0, capturing);
+  };
+  void* hidden[4] = {};
+  void* graphs[4] = {};
+  graphs[0] = capture_on_other_thread(&hidden[0]);
+  graphs[1] = capture_on_other_thread(&hidden[1]);
+  EXPECT_NE(hidden[1], hidden[0]) << "no default: each capture keeps its own";
+  const std::uint64_t shared = new_graph_pool();
+  EXPECT_EQ(set_default_graph_pool(shared), 0u);
+  graphs[2] = capture_on_other_thread(&hidden[2]);
+  graphs[3] = capture_on_other_thread(&hidden[3]);
+  EXPECT_EQ(set_default_graph_pool(0), shared);
+  EXPECT_EQ(hidden[3], hidden[2]) << "both joined the default graph pool";
+  EXPECT_EQ(p.stats().mapped_bytes, 48 * MiB);
+  for (void* g : graphs) sim->destroy_graph(g);
+  EXPECT_EQ(p.release(), 48 * MiB);
+}
+
 TEST(GraphPoolScope, NestsRestoresAndIsTheCallingThreadsOwn) {
   EXPECT_EQ(current_graph_pool(), 0u);
   const std::uint64_t outer = new_graph_pool();
@@ -197,6 +225,8 @@ TEST(GraphPoolScope, AnIdNeverMadeIsRefusedAndChangesNothing) {
   EXPECT_EQ(current_graph_pool(), made);
   EXPECT_EQ(set_current_graph_pool(0), made);
   EXPECT_EQ(set_current_graph_pool(made), 0u);
+  EXPECT_THROW((void)set_default_graph_pool(made + 1000000), error);
+  EXPECT_EQ(default_graph_pool(), 0u) << "a refused id changes nothing";
 }
 
 }  // namespace
