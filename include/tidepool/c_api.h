@@ -350,8 +350,9 @@ typedef enum tidepool_sleep_keep {
 
 /* CUDA graph captures that share memory (tidepool/graph_pool.hpp), as PyTorch's
  * torch.cuda.graph(pool=...): a capture joins the graph pool current on the thread that makes its
- * first allocation on a stream (else the default one); captures of one graph pool share what they free, kept until all
- * their graphs are gone. Safe for graphs replayed one after another, never two at once.
+ * first allocation on a stream (else the default one); captures of one graph pool share what they
+ * free, kept until all their graphs are gone. Safe for graphs replayed one after another, never
+ * two at once.
  *
  *   uint64_t shared, previous;
  *   tidepool_new_graph_pool(&shared);

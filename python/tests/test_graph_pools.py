@@ -1,8 +1,8 @@
 """tidepool.GraphPool: entering one makes it this thread's current graph pool and leaving restores
 the one before (nested, on several threads, after an exception); with all_threads=True it is also
-every other thread's while entered; ids are distinct. That captures
-under one share their memory is tested in C++ on sim (tests/core/pool_graph_pool_test.cpp) and
-through PyTorch on the GPU (gpu/test_graph_capture_gpu.py)."""
+every other thread's while entered; ids are distinct. That captures under one share their memory
+is tested in C++ on sim (tests/core/pool_graph_pool_test.cpp) and through PyTorch on the GPU
+(gpu/test_graph_capture_gpu.py)."""
 
 import threading
 

@@ -17,9 +17,8 @@
 //
 // Captures made under a graph pool (tidepool/graph_pool.hpp; the thread's current one when a
 // capture first allocates on a stream, else the process's default) share one state per stream
-// instead, as PyTorch's captures
-// given one `pool=` share its memory: one capture's frees serve the next, and the state is kept
-// while any of their graphs lives.
+// instead, as PyTorch's captures given one `pool=` share its memory: one capture's frees serve
+// the next, and the state is kept while any of their graphs lives.
 #include "core/graph_capture.hpp"
 
 #include <fmt/format.h>

@@ -38,7 +38,9 @@ struct graph_watch {
 
 /// The key of graph pool `id`'s states. The driver numbers captures from 1 up, so a key with the
 /// top bit set never names a capture.
-constexpr std::uint64_t graph_pool_key(std::uint64_t id) noexcept { return id | (std::uint64_t{1} << 63); }
+constexpr std::uint64_t graph_pool_key(std::uint64_t id) noexcept {
+  return id | (std::uint64_t{1} << 63);
+}
 
 /// The key of the graph pool current on the calling thread (tidepool::current_graph_pool), else
 /// of the default one (tidepool::default_graph_pool), or 0.
