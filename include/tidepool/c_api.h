@@ -87,7 +87,8 @@ typedef struct tidepool_stats_t {
                                          lock (tidepool_pool_options_t.thread_caches) */
   uint64_t graph_kept_bytes;        /**< free bytes kept for CUDA graphs still alive: reusable only
                                          by their capture, not handed back by release */
-  uint64_t graphs;                  /**< CUDA graphs the pool keeps memory for now */
+  uint64_t graphs;                  /**< CUDA graphs the pool keeps memory for now (once per stream
+                                         they allocated on) */
 } tidepool_stats_t;
 
 /** When a thread allocating from a pool gets a small cache of its own in front of the pool's lock

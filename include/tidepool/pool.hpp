@@ -149,7 +149,8 @@ struct pool_stats {
   /// Free bytes kept for CUDA graphs that are still alive (pool_options::follow_graph_captures):
   /// cached, but reusable only by their capture, and not handed back by release().
   std::size_t graph_kept_bytes = 0;
-  std::size_t graphs = 0;                 ///< graphs the pool keeps memory for now
+  /// CUDA graphs the pool keeps memory for now, counted once per stream they allocated on.
+  std::size_t graphs = 0;
   driver_call_counts driver{};            ///< calls this pool made
 
   /// Memory held but not in use (mapped minus in use).

@@ -14,7 +14,8 @@ class Stats:
     with a cache of their own in front of the pool's lock (set_pool_options(thread_caches=...));
     the other figures count what those caches handed out, so they stay exact. graph_kept_bytes:
     free memory kept for CUDA graphs still alive (captured through tidepool), which only their
-    capture reuses and release_cached_memory() leaves; graphs: how many such graphs."""
+    capture reuses and release_cached_memory() leaves; graphs: how many such graphs (once per
+    stream each allocated on)."""
 
     device: int
     in_use_bytes: int
