@@ -1,10 +1,13 @@
 // The free index: free mapped blocks of one arena and one stream slot, by size.
 //
-// Size classes in the manner of TLSF: sizes are counted in 512-byte units; units below 16 get a
-// class each, above that every power of two is split into 16 classes (so a class spans at most
-// 1/16 of its size). Each class is an intrusive list, and a two-level bitmap says which classes
+// Size classes in the manner of TLSF: sizes are counted in 512-byte units; units below 64 get a
+// class each, above that every power of two is split into 64 classes (so a class spans at most
+// 1/64 of its size). Each class is an intrusive list, and a two-level bitmap says which classes
 // are non-empty, so finding a fit is a scan of at most 16 entries of one or two lists and two
 // count-trailing-zeros: O(1), not a tree walk (a std::set costs a node allocation per free).
+// Classes this narrow hold few blocks each: the scan is mostly cache misses on the blocks it
+// reads, and 64 classes an octave took the random mix from 65 to 60 ns an operation where 16 did,
+// with every replay the same (docs/RESULTS.md, section 3).
 //
 // find() is best fit: the smallest block that fits, in the request's own class or else in the
 // next non-empty one (a bounded scan of each list), the lower address among blocks of one size,
@@ -28,18 +31,19 @@ namespace tidepool::detail {
 
 class free_index {
  public:
-  static constexpr unsigned sub_bits = 4;
+  static constexpr unsigned sub_bits = 6;
   static constexpr unsigned subs = 1u << sub_bits;
-  static constexpr std::size_t bins = 16 + 44 * subs;  // sizes up to 2^52 bytes
+  static constexpr std::size_t bins = subs * (44 - sub_bits);  // sizes below 2^52 bytes (2^43 units)
   static constexpr std::size_t words = (bins + 63) / 64;
+  static_assert(words <= 64, "one summary word covers the bitmap");
 
   /// The class of a size in bytes (a multiple of 512).
   [[nodiscard]] static unsigned bin_of(std::size_t bytes) noexcept {
     const std::size_t units = bytes >> block_alignment_shift;
-    if (units < 16) return static_cast<unsigned>(units);
-    const unsigned top = static_cast<unsigned>(std::bit_width(units)) - 1;  // >= 4
+    if (units < subs) return static_cast<unsigned>(units);
+    const unsigned top = static_cast<unsigned>(std::bit_width(units)) - 1;  // >= sub_bits
     const unsigned sub = static_cast<unsigned>(units >> (top - sub_bits)) & (subs - 1);
-    return 16 + (top - 4) * subs + sub;
+    return subs + (top - sub_bits) * subs + sub;
   }
 
   /// Adds a free block (pushed at the front of its class).
