@@ -3,7 +3,8 @@ mode) and tidepool.cupy.use(): replays compute what eager code does; a graph's m
 handed to eager tensors while it lives, even after the program drops its output and releases the
 cache; once the graphs are destroyed their memory comes back. Captures made under one
 tidepool.GraphPool (an inference server's graphs, one per batch size) hold about what PyTorch's own
-allocator holds for captures given one pool."""
+allocator holds for captures given one pool, and a training step graphed by
+make_graphed_callables under a GraphPool for all threads trains as eager code does."""
 
 from gpu_support import require, run_workload
 
@@ -54,3 +55,22 @@ def test_captures_under_one_graph_pool_hold_what_pytorchs_shared_pool_holds():
     for figures in (shared, alone):
         assert figures["graphs_after_destroy"] == 0, figures
         assert figures["held_after_destroy"] - figures["in_use_after_destroy"] < 64 * MiB, figures
+
+
+def test_a_graphed_training_step_under_a_graph_pool_for_all_threads_trains_as_eager_code_does():
+    # torch.cuda.make_graphed_callables: the backward capture allocates on PyTorch's autograd
+    # thread, which GraphPool(all_threads=True) reaches as the default graph pool.
+    require("torch")
+    r = {mode: run_workload("torch_graphed_callables.py", mode)
+         for mode in ("default", "tidepool", "tidepool-shared")}
+    for mode, figures in r.items():
+        assert figures["losses_match"] and figures["weights_match"], figures
+    shared, alone = r["tidepool-shared"], r["tidepool"]
+    for figures in (shared, alone):
+        assert figures["graphs_kept"] >= 2, figures  # the forward and the backward graph
+        assert figures["held_growth_after_step_2"] == 0, figures
+        assert figures["graphs_after_destroy"] == 0, figures
+        assert figures["held_after_destroy"] - figures["in_use_after_destroy"] < 64 * MiB, figures
+    # The backward capture reuses what the forward one freed, as in PyTorch's one pool.
+    assert shared["graph_bytes"] <= alone["graph_bytes"], r
+    assert shared["graph_bytes"] <= 1.5 * r["default"]["graph_bytes"] + 48 * MiB, r
