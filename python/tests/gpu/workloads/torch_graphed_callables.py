@@ -64,6 +64,7 @@ def drop_cache():
 # What the program holds before capturing: the two models and the batches; no cache.
 drop_cache()
 held_before = held()
+in_use_before = tidepool.stats().in_use_bytes if uses_tidepool else torch.cuda.memory_allocated()
 graph_pool = tidepool.GraphPool(all_threads=True) if mode == "tidepool-shared" else contextlib.nullcontext()
 with graph_pool:
     graphed = torch.cuda.make_graphed_callables(graphed, (torch.zeros(BATCH, WIDTH, device="cuda"),))
@@ -75,6 +76,13 @@ if uses_tidepool:
     stats = tidepool.stats()
     result["graphs_kept"] = stats.graphs
     result["graph_kept_bytes"] = stats.graph_kept_bytes
+    # Free memory that release() could not give back and no graph keeps: parts of handles that
+    # live or kept blocks pin.
+    result["pinned_free_bytes"] = stats.cached_bytes - stats.graph_kept_bytes
+    result["in_use_growth"] = stats.in_use_bytes - in_use_before
+else:
+    result["pinned_free_bytes"] = torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    result["in_use_growth"] = torch.cuda.memory_allocated() - in_use_before
 
 optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (eager, graphed)]
 losses = {"eager": [], "graphed": []}
