@@ -5,9 +5,9 @@
 // 1/64 of its size). Each class is an intrusive list, and a two-level bitmap says which classes
 // are non-empty, so finding a fit is a scan of at most 16 entries of one or two lists and two
 // count-trailing-zeros: O(1), not a tree walk (a std::set costs a node allocation per free).
-// Classes this narrow hold few blocks each: the scan is mostly cache misses on the blocks it
-// reads, and 64 classes an octave took the random mix from 65 to 60 ns an operation where 16 did,
-// with every replay the same (docs/RESULTS.md, section 3).
+// Classes this narrow hold few blocks each, and a scan costs mostly the cache misses on the blocks
+// it reads. Wherever a class holds no more than the scan's 16 blocks, the block found is the best
+// fit whatever the width of the classes (docs/RESULTS.md, section 3).
 //
 // find() is best fit: the smallest block that fits, in the request's own class or else in the
 // next non-empty one (a bounded scan of each list), the lower address among blocks of one size,

@@ -38,8 +38,8 @@ TEST(FreeIndex, FindsAFitNeverSmallAndNearlyBest) {
     }
     ASSERT_NE(found, nullptr);
     EXPECT_GE(found->size, want);
-    // Within one size class of the best fit: at most 1/64 larger (bounded here by 1/8 plus a step).
-    EXPECT_LE(found->size, *best + *best / 8 + 512);
+    // Within the best fit's size class: at most 1/64 larger, plus one class step.
+    EXPECT_LE(found->size, *best + *best / 64 + 512);
   }
   for (block* b : blocks) index.remove(b);
   EXPECT_TRUE(index.empty());
