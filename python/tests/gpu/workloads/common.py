@@ -83,3 +83,21 @@ def weights_digest(model):
     for parameter in model.parameters():
         digest.update(parameter.detach().cpu().numpy().tobytes())
     return digest.hexdigest()
+
+
+def residual_mlp(width, layers):
+    """A stack of `layers` residual blocks, each LayerNorm then a width -> 4 width -> width MLP
+    with GELU (the graph workloads' model), on the CPU in fp32."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(width)
+            self.up = torch.nn.Linear(width, 4 * width)
+            self.down = torch.nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+    return torch.nn.Sequential(*[Block() for _ in range(layers)])

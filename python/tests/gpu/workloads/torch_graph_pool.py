@@ -22,26 +22,14 @@ if uses_tidepool:
     import tidepool
 
     tidepool.torch.use()
-from common import emit, graphs_kept_after_waiting  # noqa: E402
+from common import emit, graphs_kept_after_waiting, residual_mlp  # noqa: E402
 
 torch.set_grad_enabled(False)
 torch.manual_seed(0)
 WIDTH, LAYERS = 2048, 8
 BATCHES = [2048, 1536, 1024, 768, 512, 384, 256, 128, 64, 32, 16, 8, 4, 2, 1]
 
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.up = torch.nn.Linear(WIDTH, 4 * WIDTH)
-        self.down = torch.nn.Linear(4 * WIDTH, WIDTH)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-model = torch.nn.Sequential(*[Block() for _ in range(LAYERS)]).cuda().to(torch.bfloat16)
+model = residual_mlp(WIDTH, LAYERS).cuda().to(torch.bfloat16)
 inputs = {b: torch.randn(b, WIDTH, device="cuda", dtype=torch.bfloat16) for b in BATCHES}
 expected = {b: model(inputs[b]).clone() for b in BATCHES}
 torch.cuda.synchronize()

@@ -23,24 +23,12 @@ if uses_tidepool:
     import tidepool
 
     tidepool.torch.use()
-from common import MiB, emit, graphs_kept_after_waiting  # noqa: E402
+from common import MiB, emit, graphs_kept_after_waiting, residual_mlp  # noqa: E402
 
 torch.manual_seed(0)
 WIDTH, LAYERS, BATCH, STEPS = 1024, 8, 512, 20
 
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.up = torch.nn.Linear(WIDTH, 4 * WIDTH)
-        self.down = torch.nn.Linear(4 * WIDTH, WIDTH)
-
-    def forward(self, x):
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-eager = torch.nn.Sequential(*[Block() for _ in range(LAYERS)]).cuda()
+eager = residual_mlp(WIDTH, LAYERS).cuda()
 graphed = copy.deepcopy(eager)
 data = torch.Generator(device="cuda").manual_seed(1)
 batches = [(torch.randn(BATCH, WIDTH, device="cuda", generator=data),
