@@ -4,9 +4,13 @@ over tidepool_torch_alloc / tidepool_torch_free).
     import tidepool
     tidepool.torch.use()   # before the first CUDA allocation
 
-PyTorch's allocator can be chosen once per process, before CUDA memory is first allocated; after
-use(), torch.cuda.empty_cache() and torch.cuda.memory_reserved() no longer describe tidepool's
-pools: use tidepool.release_cached_memory() and tidepool.stats().
+PyTorch's allocator can be chosen once per process, before CUDA memory is first allocated. After
+use(), torch.cuda.empty_cache() also hands back what tidepool's pools cache on every GPU this
+process opened, as PyTorch's own allocator does (torch.cuda.graph calls it before each capture, so
+a capture starts from memory other streams left free), except while the current stream is being
+captured; code that imported empty_cache by name before use() keeps PyTorch's, which reaches no
+pluggable allocator. torch.cuda.memory_reserved() no longer describes tidepool's pools: use
+tidepool.stats(), and tidepool.release_cached_memory() for every cache of the process.
 
 Out of memory. When tidepool cannot satisfy an allocation, after releasing every cache it can
 reach, PyTorch raises a RuntimeError whose message starts "CUDA out of memory." (PyTorch's own
@@ -39,7 +43,9 @@ PyTorch's caching allocator keeps the MemPool's segments (its own cache) inside 
 so they sleep and wake with it.
 """
 
-from . import _errors, _frameworks, _library
+import functools
+
+from . import _errors, _frameworks, _library, _release
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -66,6 +72,29 @@ def use():
             "tidepool.torch.use() must run before PyTorch's first CUDA allocation "
             f"(PyTorch says: {error})") from error
     _frameworks.routed["torch"] = True
+    releasing = _empty_cache_releasing_tidepool(torch.cuda.memory.empty_cache)
+    torch.cuda.memory.empty_cache = releasing
+    torch.cuda.empty_cache = releasing
+
+
+def _empty_cache_releasing_tidepool(original):
+    """torch.cuda.empty_cache for a process routed to tidepool: PyTorch's own call (which empties
+    no pluggable allocator's cache), then every opened GPU's pool hands its free cached memory back
+    (tidepool_release). Skipped while the current stream is being captured: a release waits for
+    the device, which would end the capture."""
+
+    @functools.wraps(original)
+    def empty_cache():
+        original()
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return
+        lib = _library.load()
+        for device in _release.opened_devices(lib):
+            _library.check(lib.tidepool_release(device, None))
+
+    return empty_cache
 
 
 def mem_pool(tag):

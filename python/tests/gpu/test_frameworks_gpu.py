@@ -20,6 +20,16 @@ def test_torch_training_is_bit_identical_with_tidepool():
     assert routed["weights"] == default["weights"]
 
 
+def test_torch_empty_cache_hands_back_what_tidepool_caches():
+    require("torch")
+    r = run_workload("torch_empty_cache.py")
+    assert r["cached_before"] >= GiB, r
+    assert r["released"] >= GiB, r
+    assert r["in_use_after"] == r["in_use_before"], r
+    assert r["kept_intact"], r
+    assert r["replay_after_empty_cache_in_capture_right"], r
+
+
 def test_cupy_fft_and_elementwise_are_bit_identical_with_tidepool():
     require("cupy")
     default = run_workload("cupy_fft.py", "default")
