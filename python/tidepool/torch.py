@@ -6,9 +6,9 @@ over tidepool_torch_alloc / tidepool_torch_free).
 
 PyTorch's allocator can be chosen once per process, before CUDA memory is first allocated. After
 use(), torch.cuda.empty_cache() also hands back what tidepool's pools cache on every GPU this
-process opened, as PyTorch's own allocator does (torch.cuda.graph calls it before each capture, so
-a capture starts from memory other streams left free), except while the current stream is being
-captured; code that imported empty_cache by name before use() keeps PyTorch's, which reaches no
+process opened, as PyTorch's own allocator does (torch.cuda.graph calls it before each capture,
+so what other streams cached goes back before the capture lays out its memory), except while the
+current stream is being captured; code that imported empty_cache by name before use() keeps PyTorch's, which reaches no
 pluggable allocator. torch.cuda.memory_reserved() no longer describes tidepool's pools: use
 tidepool.stats(), and tidepool.release_cached_memory() for every cache of the process.
 
