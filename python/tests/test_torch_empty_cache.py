@@ -1,0 +1,68 @@
+"""tidepool.torch.use() makes torch.cuda.empty_cache() hand back what tidepool's pools cache, after
+PyTorch's own call, and leaves the cache alone while the current stream is being captured.
+
+PyTorch is not installed on the machines that run these tests: a stand-in `torch` module in a fresh
+interpreter carries only what use() and empty_cache touch (CUDAPluggableAllocator,
+change_current_allocator, empty_cache, is_current_stream_capturing); the same path through the real
+PyTorch runs on the GPU (python/tests/gpu/test_frameworks_gpu.py)."""
+
+import json
+
+from sim_support import run_script
+
+STAND_IN_TORCH = """
+import sys, types
+calls = {"empty_cache": 0}
+capturing = [False]
+torch = types.ModuleType("torch")
+torch.cuda = types.ModuleType("torch.cuda")
+torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+class CUDAPluggableAllocator:
+    def __init__(self, path, alloc_name, free_name):
+        self.names = (alloc_name, free_name)
+def change_current_allocator(allocator):
+    assert allocator.names == ("tidepool_torch_alloc", "tidepool_torch_free")
+def empty_cache():
+    calls["empty_cache"] += 1
+torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+torch.cuda.memory.change_current_allocator = change_current_allocator
+torch.cuda.memory.empty_cache = empty_cache
+torch.cuda.empty_cache = empty_cache
+torch.cuda.is_current_stream_capturing = lambda: capturing[0]
+sys.modules["torch"] = torch
+sys.modules["torch.cuda"] = torch.cuda
+sys.modules["torch.cuda.memory"] = torch.cuda.memory
+"""
+
+
+def test_empty_cache_hands_back_tidepools_cache_except_in_a_capture():
+    out = run_script(STAND_IN_TORCH + """
+import json
+import tidepool
+MiB = 1 << 20
+tidepool.torch.use()
+from tidepool import _allocate
+kept = _allocate.allocate(8 * MiB)
+ptr = _allocate.allocate(64 * MiB)
+_allocate.deallocate(ptr)
+result = {"cached_before": tidepool.stats().cached_bytes}
+capturing[0] = True
+torch.cuda.empty_cache()
+result["cached_while_capturing"] = tidepool.stats().cached_bytes
+capturing[0] = False
+torch.cuda.memory.empty_cache()
+after = tidepool.stats()
+result["cached_after"] = after.cached_bytes
+result["in_use_after"] = after.in_use_bytes
+result["pytorch_calls"] = calls["empty_cache"]
+result["wrapped_name"] = torch.cuda.empty_cache.__name__
+_allocate.deallocate(kept)
+print(json.dumps(result))
+""")
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["cached_before"] >= 64 * (1 << 20), r
+    assert r["cached_while_capturing"] == r["cached_before"], r
+    assert r["cached_after"] < r["cached_before"] - 32 * (1 << 20), r
+    assert r["in_use_after"] >= 8 * (1 << 20), r
+    assert r["pytorch_calls"] == 2, r  # PyTorch's own call runs first, every time
+    assert r["wrapped_name"] == "empty_cache", r
