@@ -26,8 +26,7 @@ for step in range(5):
     optimizer.zero_grad(set_to_none=True)
 torch.cuda.synchronize()
 del x, loss
-torch.cuda.empty_cache()  # routed: nothing; tidepool.release() hands back what is free
-tidepool.release(0)
+torch.cuda.empty_cache()  # routed: tidepool hands back what is free
 
 path = os.path.join(out, "snapshot.pickle")
 snapshot = tidepool.dump_snapshot(path)
