@@ -8,7 +8,7 @@ PyTorch runs on the GPU (python/tests/gpu/test_frameworks_gpu.py)."""
 
 import json
 
-from sim_support import run_script
+from sim_support import MiB, run_script
 
 STAND_IN_TORCH = """
 import sys, types
@@ -60,9 +60,9 @@ _allocate.deallocate(kept)
 print(json.dumps(result))
 """)
     r = json.loads(out.strip().splitlines()[-1])
-    assert r["cached_before"] >= 64 * (1 << 20), r
+    assert r["cached_before"] >= 64 * MiB, r
     assert r["cached_while_capturing"] == r["cached_before"], r
-    assert r["cached_after"] < r["cached_before"] - 32 * (1 << 20), r
-    assert r["in_use_after"] >= 8 * (1 << 20), r
+    assert r["cached_after"] < r["cached_before"] - 32 * MiB, r
+    assert r["in_use_after"] >= 8 * MiB, r
     assert r["pytorch_calls"] == 2, r  # PyTorch's own call runs first, every time
     assert r["wrapped_name"] == "empty_cache", r

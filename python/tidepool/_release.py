@@ -18,7 +18,7 @@ import ctypes
 import gc
 import sys
 
-from . import _frameworks, _library
+from . import _allocate, _frameworks, _library
 
 # At most this many collections: each one after the first runs only if the previous found garbage
 # (finalizers of collected objects can free cycles of their own).
@@ -138,9 +138,7 @@ def _release_torch(devices, entries):
 
 def _release_tidepool(lib, devices, entries):
     for device in devices:
-        released = ctypes.c_size_t(0)
-        _library.check(lib.tidepool_release(device, ctypes.byref(released)))
-        entries.append(_Entry("tidepool pool", device, released.value))
+        entries.append(_Entry("tidepool pool", device, _allocate.release(device)))
     # Now the pools are empty: what this returns is the CUDA async pools and the C hooks.
     released = ctypes.c_size_t(0)
     _library.check(lib.tidepool_release_cached_memory(ctypes.byref(released)))

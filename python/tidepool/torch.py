@@ -8,9 +8,10 @@ PyTorch's allocator can be chosen once per process, before CUDA memory is first 
 use(), torch.cuda.empty_cache() also hands back what tidepool's pools cache on every GPU this
 process opened, as PyTorch's own allocator does (torch.cuda.graph calls it before each capture,
 so what other streams cached goes back before the capture lays out its memory), except while the
-current stream is being captured; code that imported empty_cache by name before use() keeps PyTorch's, which reaches no
-pluggable allocator. torch.cuda.memory_reserved() no longer describes tidepool's pools: use
-tidepool.stats(), and tidepool.release_cached_memory() for every cache of the process.
+current stream is being captured; code that imported empty_cache by name before use() keeps
+PyTorch's, which reaches no pluggable allocator. torch.cuda.memory_reserved() no longer describes
+tidepool's pools: use tidepool.stats(), and tidepool.release_cached_memory() for every cache of
+the process.
 
 Out of memory. When tidepool cannot satisfy an allocation, after releasing every cache it can
 reach, PyTorch raises a RuntimeError whose message starts "CUDA out of memory." (PyTorch's own
@@ -45,7 +46,7 @@ so they sleep and wake with it.
 
 import functools
 
-from . import _errors, _frameworks, _library, _release
+from . import _allocate, _errors, _frameworks, _library, _release
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -90,9 +91,8 @@ def _empty_cache_releasing_tidepool(original):
 
         if torch.cuda.is_current_stream_capturing():
             return
-        lib = _library.load()
-        for device in _release.opened_devices(lib):
-            _library.check(lib.tidepool_release(device, None))
+        for device in _release.opened_devices(_library.load()):
+            _allocate.release(device)
 
     return empty_cache
 
