@@ -1,38 +1,14 @@
 """tidepool.torch.use() makes torch.cuda.empty_cache() hand back what tidepool's pools cache, after
 PyTorch's own call, and leaves the cache alone while the current stream is being captured.
 
-PyTorch is not installed on the machines that run these tests: a stand-in `torch` module in a fresh
-interpreter carries only what use() and empty_cache touch (CUDAPluggableAllocator,
-change_current_allocator, empty_cache, is_current_stream_capturing); the same path through the real
-PyTorch runs on the GPU (python/tests/gpu/test_frameworks_gpu.py)."""
+PyTorch is not installed on the machines that run these tests: they run in a fresh interpreter
+over a stand-in `torch` module (torch_stand_in.py); the same path through the real PyTorch runs on
+the GPU (python/tests/gpu/test_frameworks_gpu.py)."""
 
 import json
 
 from sim_support import MiB, run_script
-
-STAND_IN_TORCH = """
-import sys, types
-calls = {"empty_cache": 0}
-capturing = [False]
-torch = types.ModuleType("torch")
-torch.cuda = types.ModuleType("torch.cuda")
-torch.cuda.memory = types.ModuleType("torch.cuda.memory")
-class CUDAPluggableAllocator:
-    def __init__(self, path, alloc_name, free_name):
-        self.names = (alloc_name, free_name)
-def change_current_allocator(allocator):
-    assert allocator.names == ("tidepool_torch_alloc", "tidepool_torch_free")
-def empty_cache():
-    calls["empty_cache"] += 1
-torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
-torch.cuda.memory.change_current_allocator = change_current_allocator
-torch.cuda.memory.empty_cache = empty_cache
-torch.cuda.empty_cache = empty_cache
-torch.cuda.is_current_stream_capturing = lambda: capturing[0]
-sys.modules["torch"] = torch
-sys.modules["torch.cuda"] = torch.cuda
-sys.modules["torch.cuda.memory"] = torch.cuda.memory
-"""
+from torch_stand_in import SOURCE as STAND_IN_TORCH
 
 
 def test_empty_cache_hands_back_tidepools_cache_except_in_a_capture():

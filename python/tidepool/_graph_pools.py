@@ -1,10 +1,12 @@
 """Graph pools: CUDA graph captures that share memory, as PyTorch's torch.cuda.graph(pool=...).
 
-tidepool keeps what a capture allocates for that graph alone while the graph lives (through
-tidepool.torch.use() PyTorch's own `pool=` never reaches the allocator), so a server that
-captures one graph per batch size holds the sum of their intermediates. Captures made under one
-GraphPool share instead: what one capture freed serves the next on the same stream, and the
-memory stays kept until every graph of the pool is gone.
+tidepool keeps what a capture allocates for that graph alone while the graph lives, so a server
+that captures one graph per batch size would hold the sum of their intermediates. Captures made
+under one GraphPool share instead: what one capture freed serves the next on the same stream, and
+the memory stays kept until every graph of the pool is gone. After tidepool.torch.use(),
+torch.cuda.graph enters the GraphPool that stands for its `pool=` by itself (_torch_graphs.py);
+CuPy's captures, and code that wants its own grouping, enter one as below (one the program
+entered wins).
 
     shared = tidepool.GraphPool()
     for batch in sizes:                          # largest first, as servers do
@@ -14,9 +16,9 @@ memory stays kept until every graph of the pool is gone.
 As with PyTorch's shared pools, replay the graphs of one pool one after another (one stream's
 order), never two at once. A capture joins the graph pool current on the thread that makes its
 first allocation on a stream. A captured backward pass (torch.cuda.make_graphed_callables, or
-torch.autograd.grad inside a capture) allocates on PyTorch's autograd threads: make the pool
-every thread's with GraphPool(all_threads=True), as tidepool.region(tag, all_threads=True) does
-for tags.
+torch.autograd.grad inside a capture) allocates on PyTorch's autograd threads: a pool entered by
+hand must be every thread's, GraphPool(all_threads=True), as tidepool.region(tag,
+all_threads=True) does for tags (the pools torch.cuda.graph enters after use() are).
 """
 
 import ctypes

@@ -13,6 +13,13 @@ PyTorch's, which reaches no pluggable allocator. torch.cuda.memory_reserved() no
 tidepool's pools: use tidepool.stats(), and tidepool.release_cached_memory() for every cache of
 the process.
 
+CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) gives one PyTorch pool share
+their memory in tidepool too (each PyTorch pool maps to one tidepool.GraphPool, entered for all
+threads while a capture runs, so make_graphed_callables' backward capture on the autograd thread
+joins it); a capture with no pool keeps its memory to itself, as PyTorch's private pool does, and
+a later capture given `pool=graph.pool()` shares with it. A GraphPool the program entered itself
+wins.
+
 Out of memory. When tidepool cannot satisfy an allocation, after releasing every cache it can
 reach, PyTorch raises a RuntimeError whose message starts "CUDA out of memory." (PyTorch's own
 words, followed by tidepool's report), the allocation is not made, and the program goes on: catch
@@ -46,7 +53,7 @@ so they sleep and wake with it.
 
 import functools
 
-from . import _allocate, _errors, _frameworks, _library, _release
+from . import _allocate, _errors, _frameworks, _library, _release, _torch_graphs
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -76,6 +83,9 @@ def use():
     releasing = _empty_cache_releasing_tidepool(torch.cuda.memory.empty_cache)
     torch.cuda.memory.empty_cache = releasing
     torch.cuda.empty_cache = releasing
+    graph_class = getattr(torch.cuda, "graph", None)
+    if graph_class is not None:
+        _torch_graphs.follow_graph_pools(graph_class)
 
 
 def _empty_cache_releasing_tidepool(original):
@@ -95,6 +105,12 @@ def _empty_cache_releasing_tidepool(original):
             _allocate.release(device)
 
     return empty_cache
+
+
+def graph_pool_of(handle):
+    """The id of the tidepool.GraphPool that PyTorch graph pool `handle` (torch.cuda.graph_pool_handle()
+    or CUDAGraph.pool()) stands for after use(), or 0 where no capture used it yet."""
+    return _torch_graphs.graph_pool_of(handle)
 
 
 def mem_pool(tag):

@@ -1,10 +1,10 @@
 """CUDA graphs captured through tidepool.torch.use() (several graphs in CUDA's default capture
 mode) and tidepool.cupy.use(): replays compute what eager code does; a graph's memory is never
 handed to eager tensors while it lives, even after the program drops its output and releases the
-cache; once the graphs are destroyed their memory comes back. Captures made under one
-tidepool.GraphPool (an inference server's graphs, one per batch size) hold about what PyTorch's own
-allocator holds for captures given one pool, and a training step graphed by
-make_graphed_callables under a GraphPool for all threads trains as eager code does."""
+cache; once the graphs are destroyed their memory comes back. Captures given one PyTorch pool (an
+inference server's graphs, one per batch size) hold about what PyTorch's own allocator holds for
+them, and a training step graphed by make_graphed_callables trains as eager code does, its
+captures sharing memory as they do in PyTorch's one pool."""
 
 from gpu_support import require, run_workload
 
@@ -40,37 +40,40 @@ def test_a_cupy_capture_keeps_its_memory_until_the_graph_is_destroyed():
     assert r["released_after_destroy"] >= 32 * MiB, r
 
 
-def test_captures_under_one_graph_pool_hold_what_pytorchs_shared_pool_holds():
+def test_captures_given_one_pool_hold_what_pytorchs_shared_pool_holds():
+    # torch.cuda.graph(pool=...) reaches tidepool through use(); a GraphPool the program entered
+    # itself does the same.
     require("torch")
     r = {mode: run_workload("torch_graph_pool.py", mode)
-         for mode in ("default", "default-private", "tidepool", "tidepool-shared")}
+         for mode in ("default", "default-private", "tidepool", "tidepool-private", "tidepool-shared")}
     for mode, figures in r.items():
         assert figures["served_replays_match_eager"], figures
         assert figures["outputs_kept_after_replays_in_capture_order"], figures
-    shared, alone = r["tidepool-shared"], r["tidepool"]
-    assert shared["graphs_kept"] == alone["graphs_kept"] == shared["batches"], r
-    # One working set for all the captures, not one each (the figures: docs/RESULTS.md 11).
-    assert shared["graph_bytes"] < 0.6 * alone["graph_bytes"], r
-    assert shared["graph_bytes"] <= 1.5 * r["default"]["graph_bytes"] + 48 * MiB, r
-    for figures in (shared, alone):
+    mapped, explicit, alone = r["tidepool"], r["tidepool-shared"], r["tidepool-private"]
+    assert mapped["graph_pool_of_shared_pool"] != 0, mapped
+    for figures in (mapped, explicit, alone):
+        assert figures["graphs_kept"] == figures["batches"], r
         assert figures["graphs_after_destroy"] == 0, figures
         assert figures["held_after_destroy"] - figures["in_use_after_destroy"] < 64 * MiB, figures
+    # One working set for all the captures, not one each (the figures: docs/RESULTS.md 11).
+    for shared in (mapped, explicit):
+        assert shared["graph_bytes"] < 0.6 * alone["graph_bytes"], r
+        assert shared["graph_bytes"] <= 1.5 * r["default"]["graph_bytes"] + 48 * MiB, r
 
 
-def test_a_graphed_training_step_under_a_graph_pool_for_all_threads_trains_as_eager_code_does():
-    # torch.cuda.make_graphed_callables: the backward capture allocates on PyTorch's autograd
-    # thread, which GraphPool(all_threads=True) reaches as the default graph pool.
+def test_a_graphed_training_step_trains_as_eager_code_does_and_its_captures_share_memory():
+    # torch.cuda.make_graphed_callables gives its captures one pool; the backward capture allocates
+    # on PyTorch's autograd thread, which the graph pool use() enters for all threads reaches.
     require("torch")
     r = {mode: run_workload("torch_graphed_callables.py", mode)
          for mode in ("default", "tidepool", "tidepool-shared")}
     for mode, figures in r.items():
         assert figures["losses_match"] and figures["weights_match"], figures
-    shared, alone = r["tidepool-shared"], r["tidepool"]
-    for figures in (shared, alone):
+    for figures in (r["tidepool"], r["tidepool-shared"]):
         assert figures["graphs_kept"] >= 2, figures  # the forward and the backward graph
         assert figures["held_growth_after_step_2"] == 0, figures
         assert figures["graphs_after_destroy"] == 0, figures
         assert figures["held_after_destroy"] - figures["in_use_after_destroy"] < 64 * MiB, figures
-    # The backward capture reuses what the forward one freed, as in PyTorch's one pool.
-    assert shared["graph_bytes"] <= alone["graph_bytes"], r
-    assert shared["graph_bytes"] <= 1.5 * r["default"]["graph_bytes"] + 48 * MiB, r
+        # The backward capture reuses what the forward one freed, as in PyTorch's one pool
+        # (captures that share nothing hold about 1.24x PyTorch's: docs/RESULTS.md 11).
+        assert figures["graph_bytes"] <= 1.1 * r["default"]["graph_bytes"] + 16 * MiB, r

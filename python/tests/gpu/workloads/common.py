@@ -65,6 +65,31 @@ def graphs_kept_after_waiting(tidepool):
     return tidepool.stats().graphs
 
 
+def held_by_allocator(uses_tidepool):
+    """The device memory the program's allocator holds: tidepool's mapped bytes, else PyTorch's
+    reserved bytes."""
+    if uses_tidepool:
+        import tidepool
+
+        return tidepool.stats().mapped_bytes
+    import torch
+
+    return torch.cuda.memory_reserved()
+
+
+def drop_allocator_cache(uses_tidepool):
+    """Hands back what the program's allocator caches: every cache of the process under tidepool,
+    else PyTorch's."""
+    if uses_tidepool:
+        import tidepool
+
+        tidepool.release_cached_memory()
+    else:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def emit(result):
     """Prints the workload's result as the last line (read by the test)."""
     sys.stdout.flush()

@@ -5,8 +5,11 @@ replays served one at a time in any order match eager results, and which outputs
 every graph replays before any output is read. `mode`:
   default          PyTorch's allocator, the captures sharing one pool
   default-private  PyTorch's allocator, each capture with a pool of its own
-  tidepool         tidepool.torch.use(); PyTorch's pool= does not reach a pluggable allocator
-  tidepool-shared  the same, the captures made under one tidepool.GraphPool
+  tidepool          tidepool.torch.use(), the captures sharing one pool: use() maps it to a
+                    tidepool graph pool (PyTorch's pool= reaches no pluggable allocator)
+  tidepool-private  tidepool.torch.use(), each capture with no pool: its memory its own
+  tidepool-shared   tidepool.torch.use(), the captures given one pool and made under one
+                    tidepool.GraphPool the program entered itself
 Prints the figures as JSON."""
 
 import contextlib
@@ -22,7 +25,8 @@ if uses_tidepool:
     import tidepool
 
     tidepool.torch.use()
-from common import emit, graphs_kept_after_waiting, residual_mlp  # noqa: E402
+from common import (drop_allocator_cache, emit, graphs_kept_after_waiting,  # noqa: E402
+                    held_by_allocator, residual_mlp)
 
 torch.set_grad_enabled(False)
 torch.manual_seed(0)
@@ -36,19 +40,14 @@ torch.cuda.synchronize()
 
 
 def held():
-    if uses_tidepool:
-        return tidepool.stats().mapped_bytes
-    return torch.cuda.memory_reserved()
+    return held_by_allocator(uses_tidepool)
 
 
 # What the program holds before capturing: weights, inputs, expected results; no cache.
-if uses_tidepool:
-    tidepool.release_cached_memory()
-else:
-    torch.cuda.empty_cache()
+drop_allocator_cache(uses_tidepool)
 held_before = held()
 
-shared_pool = torch.cuda.graph_pool_handle() if mode != "default-private" else None
+shared_pool = torch.cuda.graph_pool_handle() if not mode.endswith("-private") else None
 graph_pool = tidepool.GraphPool() if mode == "tidepool-shared" else contextlib.nullcontext()
 graphs, outputs = {}, {}
 for b in BATCHES:
@@ -64,6 +63,7 @@ if uses_tidepool:
     stats = tidepool.stats()
     result["graphs_kept"] = stats.graphs
     result["graph_kept_bytes"] = stats.graph_kept_bytes
+    result["graph_pool_of_shared_pool"] = tidepool.torch.graph_pool_of(shared_pool) if shared_pool else 0
 
 
 def matches(b):
@@ -97,10 +97,9 @@ gc.collect()
 torch.cuda.synchronize()
 if uses_tidepool:
     result["graphs_after_destroy"] = graphs_kept_after_waiting(tidepool)
-    tidepool.release_cached_memory()
+drop_allocator_cache(uses_tidepool)
+if uses_tidepool:
     result["in_use_after_destroy"] = tidepool.stats().in_use_bytes
-else:
-    torch.cuda.empty_cache()
 # More than before the captures by what the program still holds: PyTorch's cuBLAS workspace of the
 # capture stream, made in the first capture, kept after it (by PyTorch's allocator too).
 result["held_after_destroy"] = held()

@@ -5,9 +5,11 @@ the same weights on the same batches; prints whether their losses and weights ag
 memory the captures took, whether held memory moves once training runs, and what comes back once
 the graphs are gone. `mode`:
   default          PyTorch's allocator (make_graphed_callables gives its captures one pool)
-  tidepool         tidepool.torch.use(); each capture keeps memory of its own
-  tidepool-shared  the same, the captures made under tidepool.GraphPool(all_threads=True), so
-                   the backward capture on the autograd thread joins the forward's graph pool
+  tidepool         tidepool.torch.use(), which maps that pool to a tidepool graph pool entered
+                   for all threads, so the backward capture on the autograd thread joins the
+                   forward's
+  tidepool-shared  the same, the captures made under a tidepool.GraphPool(all_threads=True) the
+                   program entered itself
 Prints the figures as JSON."""
 
 import contextlib
@@ -23,7 +25,8 @@ if uses_tidepool:
     import tidepool
 
     tidepool.torch.use()
-from common import MiB, emit, graphs_kept_after_waiting, residual_mlp  # noqa: E402
+from common import (MiB, drop_allocator_cache, emit, graphs_kept_after_waiting,  # noqa: E402
+                    held_by_allocator, residual_mlp)
 
 torch.manual_seed(0)
 WIDTH, LAYERS, BATCH, STEPS = 1024, 8, 512, 20
@@ -37,16 +40,11 @@ torch.cuda.synchronize()
 
 
 def held():
-    if uses_tidepool:
-        return tidepool.stats().mapped_bytes
-    return torch.cuda.memory_reserved()
+    return held_by_allocator(uses_tidepool)
 
 
 def drop_cache():
-    if uses_tidepool:
-        tidepool.release_cached_memory()
-    else:
-        torch.cuda.empty_cache()
+    drop_allocator_cache(uses_tidepool)
 
 
 # What the program holds before capturing: the two models and the batches; no cache.

@@ -1,0 +1,108 @@
+"""tidepool.torch.use() makes torch.cuda.graph's `pool=` reach tidepool: captures given one PyTorch
+pool run under one tidepool graph pool, current on every thread while they capture (PyTorch's
+autograd thread included); a capture with no pool gets one of its own, which a later capture given
+its CUDAGraph.pool() joins; a graph pool the program entered itself wins; a failed capture leaves
+no graph pool current.
+
+These run over a stand-in `torch` module (torch_stand_in.py: PyTorch is not installed on the
+machines that run them); that the captures then share memory is tested through the real PyTorch on
+the GPU (gpu/test_graph_capture_gpu.py) and in C++ on sim (tests/core/pool_graph_pool_test.cpp)."""
+
+import json
+
+from sim_support import run_script
+from torch_stand_in import SOURCE as STAND_IN_TORCH
+
+# Captures `with torch.cuda.graph(...)` and reports the graph pool current inside on this thread
+# and on a thread started there (as PyTorch's autograd thread would allocate).
+CAPTURE_HELPERS = """
+import json, threading
+import tidepool
+tidepool.torch.use()
+
+def pools_inside(cuda_graph, **graph_arguments):
+    seen = {}
+    with torch.cuda.graph(cuda_graph, **graph_arguments):
+        seen["this_thread"] = tidepool.current_graph_pool()
+        worker = threading.Thread(target=lambda: seen.update(other_thread=tidepool.current_graph_pool()))
+        worker.start()
+        worker.join()
+    return seen
+"""
+
+
+def run(body):
+    out = run_script(STAND_IN_TORCH + CAPTURE_HELPERS + body)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_captures_given_one_pool_share_one_graph_pool_on_every_thread():
+    r = run("""
+shared = torch.cuda.graph_pool_handle()
+other = torch.cuda.graph_pool_handle()
+result = {"first": pools_inside(torch.cuda.CUDAGraph(), pool=shared),
+          "second": pools_inside(torch.cuda.CUDAGraph(), pool=shared),
+          "other_pool": pools_inside(torch.cuda.CUDAGraph(), pool=other),
+          "after": tidepool.current_graph_pool(),
+          "mapped": tidepool.torch.graph_pool_of(shared),
+          "never_used": tidepool.torch.graph_pool_of(torch.cuda.graph_pool_handle()),
+          "captures": captures, "empty_cache_calls": calls["empty_cache"]}
+print(json.dumps(result))
+""")
+    first = r["first"]["this_thread"]
+    assert first != 0, r
+    assert r["first"] == r["second"] == {"this_thread": first, "other_thread": first}, r
+    assert r["other_pool"]["this_thread"] == r["other_pool"]["other_thread"] not in (0, first), r
+    assert r["after"] == 0, r
+    assert r["mapped"] == first and r["never_used"] == 0, r
+    # PyTorch's own __enter__ and __exit__ still run, around the graph pool.
+    assert [c[0] for c in r["captures"]] == ["begin", "end"] * 3, r
+    assert r["empty_cache_calls"] == 3, r
+
+
+def test_a_capture_with_no_pool_keeps_its_own_and_graph_pool_of_shares_it():
+    r = run("""
+first, second, joiner = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+result = {"first": pools_inside(first)["this_thread"], "second": pools_inside(second)["this_thread"]}
+result["joiner"] = pools_inside(joiner, pool=first.pool())["this_thread"]
+result["mapped"] = tidepool.torch.graph_pool_of(first.pool())
+print(json.dumps(result))
+""")
+    assert 0 not in (r["first"], r["second"]) and r["first"] != r["second"], r
+    assert r["joiner"] == r["mapped"] == r["first"], r
+
+
+def test_a_graph_pool_the_program_entered_wins():
+    r = run("""
+mine = tidepool.GraphPool()
+everyones = tidepool.GraphPool(all_threads=True)
+handle = torch.cuda.graph_pool_handle()
+with mine:
+    on_this_thread = pools_inside(torch.cuda.CUDAGraph(), pool=handle)
+with everyones:
+    as_default = pools_inside(torch.cuda.CUDAGraph(), pool=handle)
+result = {"mine": mine.id, "everyones": everyones.id, "on_this_thread": on_this_thread,
+          "as_default": as_default, "mapped": tidepool.torch.graph_pool_of(handle),
+          "after": tidepool.current_graph_pool()}
+print(json.dumps(result))
+""")
+    assert r["on_this_thread"] == {"this_thread": r["mine"], "other_thread": 0}, r
+    assert r["as_default"] == {"this_thread": r["everyones"], "other_thread": r["everyones"]}, r
+    assert r["mapped"] == 0 and r["after"] == 0, r
+
+
+def test_a_failed_capture_ends_and_leaves_no_graph_pool_current():
+    r = run("""
+failed = torch.cuda.CUDAGraph()
+try:
+    with torch.cuda.graph(failed):
+        raise ValueError("a kernel the capture refused")
+except ValueError:
+    pass
+result = {"after": tidepool.current_graph_pool(), "captures": captures, "capturing": capturing[0]}
+result["next"] = pools_inside(torch.cuda.CUDAGraph(), pool=torch.cuda.graph_pool_handle())
+print(json.dumps(result))
+""")
+    assert r["after"] == 0 and not r["capturing"], r
+    assert [c[0] for c in r["captures"]] == ["begin", "end", "begin", "end"], r
+    assert r["next"]["this_thread"] == r["next"]["other_thread"] != 0, r

@@ -1,0 +1,67 @@
+"""A stand-in `torch` module for the sim tests of tidepool.torch: PyTorch is not installed on the
+machines that run them. It carries only what tidepool.torch.use() and the code it wraps touch
+(CUDAPluggableAllocator, change_current_allocator, empty_cache, is_current_stream_capturing, and
+torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: the pool handle in
+`graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended). `SOURCE` is
+prepended to a script run in a fresh interpreter (sim_support.run_script); it records PyTorch's
+calls in `calls` and `captures`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
+
+SOURCE = """
+import sys, types
+calls = {"empty_cache": 0}
+capturing = [False]
+captures = []
+torch = types.ModuleType("torch")
+torch.cuda = types.ModuleType("torch.cuda")
+torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+class CUDAPluggableAllocator:
+    def __init__(self, path, alloc_name, free_name):
+        self.names = (alloc_name, free_name)
+def change_current_allocator(allocator):
+    assert allocator.names == ("tidepool_torch_alloc", "tidepool_torch_free")
+def empty_cache():
+    calls["empty_cache"] += 1
+class CUDAGraph:
+    private_pools = [0]
+    def __init__(self):
+        self._pool, self._captured = None, False
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        if pool is None:
+            CUDAGraph.private_pools[0] += 1
+            pool = (CUDAGraph.private_pools[0], 0)
+        self._pool = pool
+        capturing[0] = True
+        captures.append(["begin", pool])
+    def capture_end(self):
+        capturing[0] = False
+        self._captured = True
+        captures.append(["end", self._pool])
+    def pool(self):
+        if not self._captured:
+            raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
+        return self._pool
+pool_handles = [0]
+def graph_pool_handle():
+    pool_handles[0] += 1
+    return (0, pool_handles[0])
+class graph:
+    def __init__(self, cuda_graph, pool=None, stream=None, capture_error_mode="global"):
+        self.pool = () if pool is None else (pool,)
+        self.cuda_graph = cuda_graph
+    def __enter__(self):
+        torch.cuda.empty_cache()
+        self.cuda_graph.capture_begin(*self.pool)
+    def __exit__(self, *args):
+        self.cuda_graph.capture_end()
+torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+torch.cuda.memory.change_current_allocator = change_current_allocator
+torch.cuda.memory.empty_cache = empty_cache
+torch.cuda.empty_cache = empty_cache
+torch.cuda.is_current_stream_capturing = lambda: capturing[0]
+torch.cuda.CUDAGraph = CUDAGraph
+torch.cuda.graph = graph
+torch.cuda.graph_pool_handle = graph_pool_handle
+sys.modules["torch"] = torch
+sys.modules["torch.cuda"] = torch.cuda
+sys.modules["torch.cuda.memory"] = torch.cuda.memory
+"""

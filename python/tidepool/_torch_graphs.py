@@ -1,0 +1,133 @@
+"""torch.cuda.graph's `pool=` honoured by tidepool: after tidepool.torch.use(), every capture that
+torch.cuda.graph makes (torch.cuda.make_graphed_callables and serving engines included) runs under
+the tidepool graph pool that stands for its PyTorch pool, so captures PyTorch would give one pool
+share their memory in tidepool too, with no tidepool call in the program's code.
+
+PyTorch's pluggable allocator interface passes none of its graph-pool calls on (capture_begin's
+beginAllocateToPool reaches no pluggable allocator), so the pool is read where it is still known:
+`torch.cuda.graph.__enter__` and `__exit__` are wrapped. Each PyTorch pool handle (the tuple that
+torch.cuda.graph_pool_handle() or CUDAGraph.pool() returns) maps to one tidepool.GraphPool. A
+capture with no `pool=` gets a graph pool of its own, which is what PyTorch's private pool is; once
+the capture ends its CUDAGraph.pool() is mapped to that graph pool too, so a later capture given
+`pool=graph.pool()` shares with it, as in PyTorch.
+
+The graph pool is entered for all threads (GraphPool(all_threads=True)) after PyTorch began the
+capture, and left once it ended: a captured backward pass allocates on PyTorch's autograd thread.
+A graph pool the program entered itself wins: on this thread, or as the default of every thread
+(tidepool.GraphPool(all_threads=True) around the capture), nothing is entered here.
+"""
+
+import ctypes
+import functools
+import threading
+
+from . import _graph_pools, _library
+
+_lock = threading.Lock()
+# PyTorch pool handle (a tuple of ints) -> the GraphPool that stands for it.
+_graph_pools_by_handle = {}
+# The ids of the graph pools made here: a default graph pool among them is another capture's, in
+# progress on another thread, not one the program chose.
+_made_here = set()
+_WRAPPED_MARK = "_tidepool_follows_graph_pools"
+
+
+def follow_graph_pools(graph_class):
+    """Wraps `graph_class` (torch.cuda.graph) so that its captures join the tidepool graph pool of
+    their PyTorch pool. Wrapping twice wraps once."""
+    if getattr(graph_class, _WRAPPED_MARK, False):
+        return
+    enter, leave = graph_class.__enter__, graph_class.__exit__
+
+    @functools.wraps(enter)
+    def __enter__(self):
+        entered = enter(self)  # synchronizes, empties the cache and begins the capture
+        pool_arguments = tuple(getattr(self, "pool", ()) or ())
+        try:
+            graph_pool = _graph_pool_to_enter(pool_arguments)
+            if graph_pool is not None:
+                graph_pool.__enter__()
+        except BaseException as error:
+            leave(self, type(error), error, error.__traceback__)  # ends the capture begun above
+            raise
+        self._tidepool_graph_pool = graph_pool
+        return entered
+
+    @functools.wraps(leave)
+    def __exit__(self, *exc):
+        graph_pool = self.__dict__.pop("_tidepool_graph_pool", None)
+        try:
+            suppressed = leave(self, *exc)  # ends the capture
+        finally:
+            if graph_pool is not None:
+                graph_pool.__exit__(None, None, None)
+        if graph_pool is not None and not getattr(self, "pool", ()) and exc[0] is None:
+            _map_private_pool(self.cuda_graph, graph_pool)
+        return suppressed
+
+    graph_class.__enter__ = __enter__
+    graph_class.__exit__ = __exit__
+    setattr(graph_class, _WRAPPED_MARK, True)
+
+
+def graph_pool_of(handle):
+    """The tidepool graph pool id that PyTorch pool `handle` maps to, or 0 when no capture used it
+    yet."""
+    with _lock:
+        graph_pool = _graph_pools_by_handle.get(_handle_key(handle))
+    return graph_pool.id if graph_pool is not None else 0
+
+
+def _graph_pool_to_enter(pool_arguments):
+    """The GraphPool a capture given `pool_arguments` (torch.cuda.graph's `pool` attribute: () or
+    (handle,)) enters, or None where the program entered one of its own."""
+    lib = _library.load()
+    if _thread_graph_pool(lib) != 0:
+        return None
+    default = _default_graph_pool(lib)
+    with _lock:
+        if default != 0 and default not in _made_here:
+            return None
+        if not pool_arguments:
+            return _new_graph_pool()
+        key = _handle_key(pool_arguments[0])
+        graph_pool = _graph_pools_by_handle.get(key)
+        if graph_pool is None:
+            graph_pool = _graph_pools_by_handle[key] = _new_graph_pool()
+        return graph_pool
+
+
+def _map_private_pool(cuda_graph, graph_pool):
+    """Maps a capture's private PyTorch pool (known only once the capture ended) to the graph pool
+    it ran under."""
+    try:
+        handle = cuda_graph.pool()
+    except RuntimeError:  # a graph not instantiated yet (keep_graph=True): PyTorch has no id either
+        return
+    with _lock:
+        _graph_pools_by_handle.setdefault(_handle_key(handle), graph_pool)
+
+
+def _new_graph_pool():
+    graph_pool = _graph_pools.GraphPool(all_threads=True)
+    _made_here.add(graph_pool.id)
+    return graph_pool
+
+
+def _handle_key(handle):
+    try:
+        return tuple(int(part) for part in handle)
+    except TypeError:
+        return handle
+
+
+def _thread_graph_pool(lib):
+    current = ctypes.c_uint64(0)
+    _library.check(lib.tidepool_current_graph_pool(ctypes.byref(current)))
+    return current.value
+
+
+def _default_graph_pool(lib):
+    current = ctypes.c_uint64(0)
+    _library.check(lib.tidepool_default_graph_pool(ctypes.byref(current)))
+    return current.value
