@@ -2,7 +2,8 @@
 pool run under one tidepool graph pool, current on every thread while they capture (PyTorch's
 autograd thread included); a capture with no pool gets one of its own, which a later capture given
 its CUDAGraph.pool() joins; a graph pool the program entered itself wins; a failed capture leaves
-no graph pool current.
+no graph pool current; inductor's CUDA graph trees are turned off, so that torch.compile's
+reduce-overhead mode captures through torch.cuda.graph.
 
 These run over a stand-in `torch` module (torch_stand_in.py: PyTorch is not installed on the
 machines that run them); that the captures then share memory is tested through the real PyTorch on
@@ -106,3 +107,31 @@ print(json.dumps(result))
     assert r["after"] == 0 and not r["capturing"], r
     assert [c[0] for c in r["captures"]] == ["begin", "end", "begin", "end"], r
     assert r["next"]["this_thread"] == r["next"]["other_thread"] != 0, r
+
+
+def test_inductors_graph_trees_are_turned_off_when_inductor_was_imported_before_use():
+    r = run("""
+print(json.dumps({"trees": torch._inductor.config.triton.cudagraph_trees}))
+""")
+    assert r == {"trees": False}, r
+
+
+def test_inductors_graph_trees_are_turned_off_when_inductor_is_imported_after_use(tmp_path):
+    # use() must not import inductor itself (seconds of a program's start): it waits for the import.
+    (tmp_path / "config.py").write_text("import types\ntriton = types.SimpleNamespace(cudagraph_trees=True)\n")
+    out = run_script(STAND_IN_TORCH + f"""
+import json, sys
+del sys.modules["torch._inductor.config"], torch._inductor.config
+torch._inductor.__path__ = [{str(tmp_path)!r}]
+import tidepool
+tidepool.torch.use()
+tidepool.torch.use()
+imported_by_use = "torch._inductor.config" in sys.modules
+import torch._inductor.config as config
+print(json.dumps({{"imported_by_use": imported_by_use, "trees": config.triton.cudagraph_trees,
+                  "loaded_from": config.__file__,
+                  "finders_left": sum(type(f).__name__ == "_AfterImport" for f in sys.meta_path)}}))
+""")
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["imported_by_use"] is False and r["trees"] is False, r
+    assert r["loaded_from"] == str(tmp_path / "config.py") and r["finders_left"] == 0, r

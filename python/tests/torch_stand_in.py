@@ -1,8 +1,9 @@
 """A stand-in `torch` module for the sim tests of tidepool.torch: PyTorch is not installed on the
 machines that run them. It carries only what tidepool.torch.use() and the code it wraps touch
-(CUDAPluggableAllocator, change_current_allocator, empty_cache, is_current_stream_capturing, and
+(CUDAPluggableAllocator, change_current_allocator, empty_cache, is_current_stream_capturing,
 torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: the pool handle in
-`graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended). `SOURCE` is
+`graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended; and inductor's
+`triton.cudagraph_trees` setting). `SOURCE` is
 prepended to a script run in a fresh interpreter (sim_support.run_script); it records PyTorch's
 calls in `calls` and `captures`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
 
@@ -61,6 +62,11 @@ torch.cuda.is_current_stream_capturing = lambda: capturing[0]
 torch.cuda.CUDAGraph = CUDAGraph
 torch.cuda.graph = graph
 torch.cuda.graph_pool_handle = graph_pool_handle
+torch._inductor = types.ModuleType("torch._inductor")
+torch._inductor.config = types.ModuleType("torch._inductor.config")
+torch._inductor.config.triton = types.SimpleNamespace(cudagraph_trees=True)
+sys.modules["torch._inductor"] = torch._inductor
+sys.modules["torch._inductor.config"] = torch._inductor.config
 sys.modules["torch"] = torch
 sys.modules["torch.cuda"] = torch.cuda
 sys.modules["torch.cuda.memory"] = torch.cuda.memory

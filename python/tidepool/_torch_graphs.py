@@ -19,6 +19,9 @@ A graph pool the program entered itself wins: on this thread, or as the default 
 
 import ctypes
 import functools
+import importlib.abc
+import importlib.util
+import sys
 import threading
 
 from . import _graph_pools, _library
@@ -68,6 +71,58 @@ def follow_graph_pools(graph_class):
     graph_class.__enter__ = __enter__
     graph_class.__exit__ = __exit__
     setattr(graph_class, _WRAPPED_MARK, True)
+
+
+_INDUCTOR_CONFIG = "torch._inductor.config"
+
+
+def capture_compiled_graphs_without_trees():
+    """Turns inductor's CUDA graph trees off: torch.compile's mode="reduce-overhead" then captures
+    each compiled graph through torch.cuda.graph, which the wrapper above follows; with the trees
+    on, PyTorch refuses the first capture under any pluggable allocator (they ask the allocator for
+    checkpoints: "CUDAPluggableAllocator does not yet support getCheckpointState"). Inductor's
+    config is set now if the program imported it, else right after its import: importing it here
+    would cost every program seconds, torch.compile or not."""
+    config = sys.modules.get(_INDUCTOR_CONFIG)
+    if config is not None:
+        _turn_trees_off(config)
+    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(_INDUCTOR_CONFIG, _turn_trees_off))
+
+
+def _turn_trees_off(config):
+    config.triton.cudagraph_trees = False
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `action(module)` once module `name` has been imported (its code run), then leaves
+    sys.meta_path. The import itself is found by the other finders, as it would be without this."""
+
+    def __init__(self, name, action):
+        self.name, self.action = name, action
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ActingLoader(spec.loader, self.action)
+        return spec
+
+
+class _ActingLoader(importlib.abc.Loader):
+    """`loader`, then `action` on the module it made."""
+
+    def __init__(self, loader, action):
+        self.loader, self.action = loader, action
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.action(module)
 
 
 def graph_pool_of(handle):

@@ -18,7 +18,11 @@ their memory in tidepool too (each PyTorch pool maps to one tidepool.GraphPool, 
 threads while a capture runs, so make_graphed_callables' backward capture on the autograd thread
 joins it); a capture with no pool keeps its memory to itself, as PyTorch's private pool does, and
 a later capture given `pool=graph.pool()` shares with it. A GraphPool the program entered itself
-wins.
+wins. torch.compile(mode="reduce-overhead") works through use(), which turns inductor's CUDA graph
+trees off (torch._inductor.config.triton.cudagraph_trees = False): the trees call allocator
+checkpointing that PyTorch's pluggable interface refuses ("CUDAPluggableAllocator does not yet
+support getCheckpointState"); without them inductor captures each compiled graph through
+torch.cuda.graph, which tidepool follows.
 
 Out of memory. When tidepool cannot satisfy an allocation, after releasing every cache it can
 reach, PyTorch raises a RuntimeError whose message starts "CUDA out of memory." (PyTorch's own
@@ -86,6 +90,7 @@ def use():
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:
         _torch_graphs.follow_graph_pools(graph_class)
+    _torch_graphs.capture_compiled_graphs_without_trees()
 
 
 def _empty_cache_releasing_tidepool(original):

@@ -77,3 +77,15 @@ def test_a_graphed_training_step_trains_as_eager_code_does_and_its_captures_shar
         # The backward capture reuses what the forward one freed, as in PyTorch's one pool
         # (captures that share nothing hold about 1.24x PyTorch's: docs/RESULTS.md 11).
         assert figures["graph_bytes"] <= 1.1 * r["default"]["graph_bytes"] + 16 * MiB, r
+
+
+def test_torch_compile_reduce_overhead_trains_through_tidepool_as_through_pytorchs_allocator():
+    # PyTorch's CUDA graph trees refuse every pluggable allocator; use() turns them off, and
+    # inductor's graphs are then captured through torch.cuda.graph.
+    require("torch")
+    reference = run_workload("torch_compile_graphs.py", "default")
+    r = run_workload("torch_compile_graphs.py", "tidepool")
+    assert r["cudagraph_trees"] is False, r
+    assert len(r["losses"]) == 12 and r["losses"] == reference["losses"], (r, reference)
+    assert r["graphs"] >= 2, r  # forward and backward graphs, per batch size
+    assert r["held"] - r["in_use"] < 64 * MiB, r
