@@ -2,10 +2,11 @@
 machines that run them. It carries only what tidepool.torch.use() and the code it wraps touch
 (CUDAPluggableAllocator, change_current_allocator, empty_cache, is_current_stream_capturing,
 torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: the pool handle in
-`graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended; and inductor's
-`triton.cudagraph_trees` setting). `SOURCE` is
-prepended to a script run in a fresh interpreter (sim_support.run_script); it records PyTorch's
-calls in `calls` and `captures`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
+`graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended; inductor's
+`triton.cudagraph_trees` setting; and a Tensor over a given pointer, with record_stream, beside a
+Stream over a given handle). `SOURCE` is prepended to a script run in a fresh interpreter
+(sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
+`recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
 
 SOURCE = """
 import sys, types
@@ -54,6 +55,25 @@ class graph:
         self.cuda_graph.capture_begin(*self.pool)
     def __exit__(self, *args):
         self.cuda_graph.capture_end()
+recorded_by_pytorch = []
+class Stream:
+    def __init__(self, handle):
+        self.cuda_stream = handle
+class _Storage:
+    def __init__(self, pointer):
+        self._pointer = pointer
+    def data_ptr(self):
+        return self._pointer
+class Tensor:
+    def __init__(self, pointer, device=0):
+        self._storage = _Storage(pointer)
+        self.device = types.SimpleNamespace(type="cuda", index=device)
+    def untyped_storage(self):
+        return self._storage
+    def record_stream(self, stream):
+        recorded_by_pytorch.append((self._storage.data_ptr(), stream.cuda_stream))
+torch.Tensor = Tensor
+torch.cuda.Stream = Stream
 torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
 torch.cuda.memory.change_current_allocator = change_current_allocator
 torch.cuda.memory.empty_cache = empty_cache

@@ -9,7 +9,11 @@ use(), torch.cuda.empty_cache() also hands back what tidepool's pools cache on e
 process opened, as PyTorch's own allocator does (torch.cuda.graph calls it before each capture,
 so what other streams cached goes back before the capture lays out its memory), except while the
 current stream is being captured; code that imported empty_cache by name before use() keeps
-PyTorch's, which reaches no pluggable allocator. torch.cuda.memory_reserved() no longer describes
+PyTorch's, which reaches no pluggable allocator. Tensor.record_stream(stream) reaches tidepool too
+(the pluggable interface does not pass it on): the tensor's memory is not reused before the work
+queued on `stream` ahead of its free has completed. PyTorch's C++ callers of the allocator's
+recordStream (none by default: NCCL's process groups keep tensors alive instead) still reach no
+pluggable allocator. torch.cuda.memory_reserved() no longer describes
 tidepool's pools: use tidepool.stats(), and tidepool.release_cached_memory() for every cache of
 the process.
 
@@ -87,6 +91,7 @@ def use():
     releasing = _empty_cache_releasing_tidepool(torch.cuda.memory.empty_cache)
     torch.cuda.memory.empty_cache = releasing
     torch.cuda.empty_cache = releasing
+    torch.Tensor.record_stream = _record_stream_reaching_tidepool(torch.Tensor.record_stream)
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:
         _torch_graphs.follow_graph_pools(graph_class)
@@ -110,6 +115,29 @@ def _empty_cache_releasing_tidepool(original):
             _allocate.release(device)
 
     return empty_cache
+
+
+def _record_stream_reaching_tidepool(original):
+    """Tensor.record_stream for a process routed to tidepool: PyTorch's own call (which reaches no
+    pluggable allocator), then tidepool_record_stream on the tensor's storage, so that its memory
+    is not reused before the work queued on `stream` ahead of its free has completed. A storage
+    tidepool did not allocate (another allocator's, or memory inside a MemPool's segment) is left
+    to PyTorch, as PyTorch's allocator leaves memory it does not own; any other refusal (a stream of
+    another device) raises."""
+
+    @functools.wraps(original)
+    def record_stream(self, stream):
+        original(self, stream)
+        storage = self.untyped_storage().data_ptr()
+        if storage == 0:  # nothing allocated (an empty tensor)
+            return
+        try:
+            _allocate.record_stream(storage, stream.cuda_stream, self.device.index)
+        except _errors.TidepoolError as error:
+            if error.status != _errors.INVALID_POINTER:
+                raise
+
+    return record_stream
 
 
 def graph_pool_of(handle):

@@ -30,6 +30,16 @@ def test_torch_empty_cache_hands_back_what_tidepool_caches():
     assert r["replay_after_empty_cache_in_capture_right"], r
 
 
+def test_torch_record_stream_keeps_a_tensor_from_reuse_until_the_recorded_stream_is_done():
+    require("torch")
+    unrecorded = run_workload("torch_record_stream.py", "unrecorded")
+    # Without the call the same stream reuses the memory at once: the hazard the test must see.
+    assert unrecorded["reused_at_once"], unrecorded
+    r = run_workload("torch_record_stream.py", "recorded")
+    assert not r["reused_at_once"], r
+    assert r["side_stream_read_what_it_was_given"], r
+
+
 def test_cupy_fft_and_elementwise_are_bit_identical_with_tidepool():
     require("cupy")
     default = run_workload("cupy_fft.py", "default")
