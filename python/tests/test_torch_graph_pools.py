@@ -25,7 +25,8 @@ def pools_inside(cuda_graph, **graph_arguments):
     seen = {}
     with torch.cuda.graph(cuda_graph, **graph_arguments):
         seen["this_thread"] = tidepool.current_graph_pool()
-        worker = threading.Thread(target=lambda: seen.update(other_thread=tidepool.current_graph_pool()))
+        look = lambda: seen.update(other_thread=tidepool.current_graph_pool())
+        worker = threading.Thread(target=look)
         worker.start()
         worker.join()
     return seen
@@ -64,7 +65,8 @@ print(json.dumps(result))
 def test_a_capture_with_no_pool_keeps_its_own_and_graph_pool_of_shares_it():
     r = run("""
 first, second, joiner = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-result = {"first": pools_inside(first)["this_thread"], "second": pools_inside(second)["this_thread"]}
+result = {"first": pools_inside(first)["this_thread"],
+          "second": pools_inside(second)["this_thread"]}
 result["joiner"] = pools_inside(joiner, pool=first.pool())["this_thread"]
 result["mapped"] = tidepool.torch.graph_pool_of(first.pool())
 print(json.dumps(result))
@@ -118,7 +120,8 @@ print(json.dumps({"trees": torch._inductor.config.triton.cudagraph_trees}))
 
 def test_inductors_graph_trees_are_turned_off_when_inductor_is_imported_after_use(tmp_path):
     # use() must not import inductor itself (seconds of a program's start): it waits for the import.
-    (tmp_path / "config.py").write_text("import types\ntriton = types.SimpleNamespace(cudagraph_trees=True)\n")
+    (tmp_path / "config.py").write_text(
+        "import types\ntriton = types.SimpleNamespace(cudagraph_trees=True)\n")
     out = run_script(STAND_IN_TORCH + f"""
 import json, sys
 del sys.modules["torch._inductor.config"], torch._inductor.config

@@ -13,9 +13,8 @@ PyTorch's, which reaches no pluggable allocator. Tensor.record_stream(stream) re
 (the pluggable interface does not pass it on): the tensor's memory is not reused before the work
 queued on `stream` ahead of its free has completed. PyTorch's C++ callers of the allocator's
 recordStream (none by default: NCCL's process groups keep tensors alive instead) still reach no
-pluggable allocator. torch.cuda.memory_reserved() no longer describes
-tidepool's pools: use tidepool.stats(), and tidepool.release_cached_memory() for every cache of
-the process.
+pluggable allocator. torch.cuda.memory_reserved() no longer describes tidepool's pools: use
+tidepool.stats(), and tidepool.release_cached_memory() for every cache of the process.
 
 CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) gives one PyTorch pool share
 their memory in tidepool too (each PyTorch pool maps to one tidepool.GraphPool, entered for all
@@ -141,8 +140,9 @@ def _record_stream_reaching_tidepool(original):
 
 
 def graph_pool_of(handle):
-    """The id of the tidepool.GraphPool that PyTorch graph pool `handle` (torch.cuda.graph_pool_handle()
-    or CUDAGraph.pool()) stands for after use(), or 0 where no capture used it yet."""
+    """The id of the tidepool.GraphPool that PyTorch graph pool `handle`
+    (torch.cuda.graph_pool_handle() or CUDAGraph.pool()) stands for after use(), or 0 where no
+    capture used it yet."""
     return _torch_graphs.graph_pool_of(handle)
 
 

@@ -44,8 +44,8 @@ def test_captures_given_one_pool_hold_what_pytorchs_shared_pool_holds():
     # torch.cuda.graph(pool=...) reaches tidepool through use(); a GraphPool the program entered
     # itself does the same.
     require("torch")
-    r = {mode: run_workload("torch_graph_pool.py", mode)
-         for mode in ("default", "default-private", "tidepool", "tidepool-private", "tidepool-shared")}
+    modes = ("default", "default-private", "tidepool", "tidepool-private", "tidepool-shared")
+    r = {mode: run_workload("torch_graph_pool.py", mode) for mode in modes}
     for mode, figures in r.items():
         assert figures["served_replays_match_eager"], figures
         assert figures["outputs_kept_after_replays_in_capture_order"], figures

@@ -63,7 +63,8 @@ if uses_tidepool:
     stats = tidepool.stats()
     result["graphs_kept"] = stats.graphs
     result["graph_kept_bytes"] = stats.graph_kept_bytes
-    result["graph_pool_of_shared_pool"] = tidepool.torch.graph_pool_of(shared_pool) if shared_pool else 0
+    mapped = tidepool.torch.graph_pool_of(shared_pool) if shared_pool else 0
+    result["graph_pool_of_shared_pool"] = mapped
 
 
 def matches(b):
