@@ -199,6 +199,11 @@ TIDEPOOL_API void tidepool_cupy_free(void* param, void* ptr, int device);
 
 /** The figures of `device`'s pool; all zero (and success) where no pool exists yet. */
 TIDEPOOL_API tidepool_status tidepool_stats(int device, tidepool_stats_t* stats);
+/** Brings the peaks tidepool_stats reports for `device`'s pool (peak_in_use_bytes,
+ *  peak_requested_bytes, peak_mapped_bytes) down to the current figures, as
+ *  torch.cuda.reset_peak_memory_stats does (tidepool::pool::reset_peak_stats); the pool's growth
+ *  budget is not touched. Tags' pools keep theirs. A no-op where no pool exists yet. */
+TIDEPOOL_API tidepool_status tidepool_reset_peak_stats(int device);
 /** Hands `device`'s free cached memory back to the driver; *bytes: what went back (0 where no
  *  pool exists). bytes may be NULL. */
 TIDEPOOL_API tidepool_status tidepool_release(int device, size_t* bytes);

@@ -281,6 +281,11 @@ class TIDEPOOL_API pool {
   /// could still give, within the byte cap and headroom.
   [[nodiscard]] std::size_t available_bytes() const;
   [[nodiscard]] pool_stats stats() const;
+  /// Brings the peaks stats() reports (peak_in_use_bytes, peak_requested_bytes,
+  /// peak_mapped_bytes) down to the current figures, so they measure from now on, as
+  /// torch.cuda.reset_peak_memory_stats does. The growth budget keeps the peak in use of the
+  /// pool's whole life: resetting changes what is reported, never what the pool does.
+  void reset_peak_stats();
   [[nodiscard]] int device() const noexcept;
   [[nodiscard]] const pool_options& options() const noexcept;
   [[nodiscard]] const std::shared_ptr<driver>& get_driver() const noexcept;

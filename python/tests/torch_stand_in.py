@@ -3,8 +3,9 @@ machines that run them. It carries only what tidepool.torch.use() and the code i
 (CUDAPluggableAllocator, change_current_allocator, empty_cache, is_current_stream_capturing,
 torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: the pool handle in
 `graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended; inductor's
-`triton.cudagraph_trees` setting; and a Tensor over a given pointer, with record_stream, beside a
-Stream over a given handle). `SOURCE` is prepended to a script run in a fresh interpreter
+`triton.cudagraph_trees` setting; a Tensor over a given pointer, with record_stream, beside a
+Stream over a given handle; and torch.cuda.memory's statistics, whose C++ calls refuse pluggable
+allocators). `SOURCE` is prepended to a script run in a fresh interpreter
 (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
 
@@ -73,6 +74,43 @@ class Tensor:
     def record_stream(self, stream):
         recorded_by_pytorch.append((self._storage.data_ptr(), stream.cuda_stream))
 torch.Tensor = Tensor
+# torch/cuda/memory.py's statistics, as PyTorch 2.11 has them: every reader goes through
+# memory_stats_as_nested_dict (looked up in the module at each call), and the C++ calls behind it
+# and behind reset_peak_memory_stats refuse a pluggable allocator.
+def _refused(name):
+    raise RuntimeError(f"CUDAPluggableAllocator does not yet support {name}. If you need it, "
+                       "please file an issue describing your use case.")
+def memory_stats_as_nested_dict(device=None):
+    _refused("getDeviceStats")
+def memory_stats(device=None):
+    flat = {}
+    def add(prefix, value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                add(prefix + "." + key if prefix else key, inner)
+        else:
+            flat[prefix] = value
+    add("", torch.cuda.memory.memory_stats_as_nested_dict(device=device))
+    return dict(sorted(flat.items()))
+def reset_peak_memory_stats(device=None):
+    _refused("resetPeakStats")
+def memory_summary(device=None, abbreviated=False):
+    _refused("getDeviceStats")
+for _name, _function in {
+        "memory_stats_as_nested_dict": memory_stats_as_nested_dict, "memory_stats": memory_stats,
+        "reset_peak_memory_stats": reset_peak_memory_stats, "memory_summary": memory_summary,
+        "memory_allocated": lambda device=None: torch.cuda.memory.memory_stats(device).get(
+            "allocated_bytes.all.current", 0),
+        "max_memory_allocated": lambda device=None: torch.cuda.memory.memory_stats(device).get(
+            "allocated_bytes.all.peak", 0),
+        "memory_reserved": lambda device=None: torch.cuda.memory.memory_stats(device).get(
+            "reserved_bytes.all.current", 0),
+        "max_memory_reserved": lambda device=None: torch.cuda.memory.memory_stats(device).get(
+            "reserved_bytes.all.peak", 0)}.items():
+    setattr(torch.cuda.memory, _name, _function)
+    setattr(torch.cuda, _name, _function)
+torch.cuda.is_initialized = lambda: True
+torch.cuda.current_device = lambda: 0
 torch.cuda.Stream = Stream
 torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
 torch.cuda.memory.change_current_allocator = change_current_allocator

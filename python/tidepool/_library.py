@@ -158,6 +158,7 @@ _PROTOTYPES = {
     "tidepool_cupy_malloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
     "tidepool_cupy_free": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
     "tidepool_stats": (_status, [ctypes.c_int, ctypes.POINTER(CStats)]),
+    "tidepool_reset_peak_stats": (_status, [ctypes.c_int]),
     "tidepool_release": (_status, [ctypes.c_int, _size_p]),
     "tidepool_release_cached_memory": (_status, [_size_p]),
     "tidepool_available_bytes": (_status, [ctypes.c_int, _size_p]),

@@ -1,10 +1,10 @@
-"""tidepool.stats(device), tidepool.memory_summary(device), tidepool.summary() and
-tidepool.available_bytes(device)."""
+"""tidepool.stats(device), tidepool.reset_peak_stats(device), tidepool.memory_summary(device),
+tidepool.summary() and tidepool.available_bytes(device)."""
 
 import ctypes
 import dataclasses
 
-from . import _frameworks, _library
+from . import _arguments, _frameworks, _library
 from ._release import format_bytes, opened_devices
 
 
@@ -47,6 +47,14 @@ def stats(device=0):
     _library.check(lib.tidepool_stats(device, ctypes.byref(raw)))
     values = {name: getattr(raw, name) for name, _ in _library.CStats._fields_ if name != "struct_size"}
     return Stats(device=device, **values)
+
+
+def reset_peak_stats(device=0):
+    """Brings the peaks stats(device) reports (peak_in_use_bytes, peak_requested_bytes,
+    peak_mapped_bytes) down to the current figures, as torch.cuda.reset_peak_memory_stats does;
+    what the pool does (its growth budget) is not touched. A no-op where no pool exists yet."""
+    device = _arguments.device("reset_peak_stats", device)
+    _library.check(_library.load().tidepool_reset_peak_stats(device))
 
 
 @dataclasses.dataclass(frozen=True)

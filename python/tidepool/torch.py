@@ -13,8 +13,12 @@ PyTorch's, which reaches no pluggable allocator. Tensor.record_stream(stream) re
 (the pluggable interface does not pass it on): the tensor's memory is not reused before the work
 queued on `stream` ahead of its free has completed. PyTorch's C++ callers of the allocator's
 recordStream (none by default: NCCL's process groups keep tensors alive instead) still reach no
-pluggable allocator. torch.cuda.memory_reserved() no longer describes tidepool's pools: use
-tidepool.stats(), and tidepool.release_cached_memory() for every cache of the process.
+pluggable allocator. torch.cuda.memory_allocated(), max_memory_allocated(), memory_reserved(),
+memory_stats() and reset_peak_memory_stats(), which PyTorch refuses under any pluggable
+allocator, answer from the device's tidepool pool (_torch_stats.py: allocated, requested and
+reserved bytes, current and peak, and allocation counts; memory_summary() is tidepool.summary());
+tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
+the process.
 
 CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) gives one PyTorch pool share
 their memory in tidepool too (each PyTorch pool maps to one tidepool.GraphPool, entered for all
@@ -60,7 +64,7 @@ so they sleep and wake with it.
 
 import functools
 
-from . import _allocate, _errors, _frameworks, _library, _release, _torch_graphs
+from . import _allocate, _errors, _frameworks, _library, _release, _torch_graphs, _torch_stats
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -91,6 +95,7 @@ def use():
     torch.cuda.memory.empty_cache = releasing
     torch.cuda.empty_cache = releasing
     torch.Tensor.record_stream = _record_stream_reaching_tidepool(torch.Tensor.record_stream)
+    _torch_stats.answer_memory_statistics(torch)
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:
         _torch_graphs.follow_graph_pools(graph_class)

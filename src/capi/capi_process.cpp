@@ -92,6 +92,14 @@ tidepool_status tidepool_stats(int device, tidepool_stats_t* stats) {
   });
 }
 
+tidepool_status tidepool_reset_peak_stats(int device) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    check_device_exists(device);
+    if (tidepool::pool* p = find_pool(device)) p->reset_peak_stats();
+  });
+}
+
 tidepool_status tidepool_tag_stats(const char* tag, int device, tidepool_stats_t* stats) {
   using namespace tidepool::detail;
   return guarded([&] {

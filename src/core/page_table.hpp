@@ -123,6 +123,8 @@ class page_table {
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }
   [[nodiscard]] std::size_t peak_held_bytes() const noexcept { return peak_held_; }
+  /// The peak held from now on starts at what is held now (pool::reset_peak_stats).
+  void reset_peak_held() noexcept { peak_held_ = held_; }
   [[nodiscard]] std::size_t released_bytes() const noexcept { return released_; }
   [[nodiscard]] std::size_t live_handles() const noexcept { return handles_.size() - free_ids_.size(); }
   template <class F>

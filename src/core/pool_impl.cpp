@@ -279,6 +279,13 @@ pool_stats pool_impl::stats() {
   return stats_locked();
 }
 
+void pool_impl::reset_peak_stats() {
+  std::lock_guard guard(lock_);
+  reported_peak_in_use_ = in_use_ + lent_bytes_;
+  peak_requested_ = requested_ + lent_bytes_;
+  pages_.reset_peak_held();
+}
+
 pool_stats pool_impl::stats_locked() {
   pool_stats s;
   s.in_use_bytes = in_use_;
@@ -288,7 +295,7 @@ pool_stats pool_impl::stats_locked() {
   s.graph_kept_bytes = graph_kept_bytes();
   s.graphs = graphs_kept_;
   for (const auto& a : arenas_) s.reserved_address_bytes += a->reserved_bytes();
-  s.peak_in_use_bytes = peak_in_use_;
+  s.peak_in_use_bytes = reported_peak_in_use_;
   s.peak_requested_bytes = peak_requested_;
   s.peak_mapped_bytes = pages_.peak_held_bytes();
   s.live_allocations = live_.size() - lent_count_;

@@ -98,6 +98,7 @@ class pool_impl {
     requested_ += bytes;
     // Blocks lent to threads' caches count as in use here: they may be handed out with no lock.
     peak_in_use_ = std::max(peak_in_use_, in_use_ + lent_bytes_);
+    reported_peak_in_use_ = std::max(reported_peak_in_use_, in_use_ + lent_bytes_);
     peak_requested_ = std::max(peak_requested_, requested_ + lent_bytes_);
     ++allocations_;
     if (recording_) [[unlikely]] note(recorded_event::kind::allocate, b->address, bytes, stream);
@@ -159,6 +160,8 @@ class pool_impl {
   [[nodiscard]] bool owns(const void* ptr);
   [[nodiscard]] std::size_t available_bytes();
   [[nodiscard]] pool_stats stats();
+  /// See tidepool::pool::reset_peak_stats.
+  void reset_peak_stats();
   void enable_peer_access(int peer_device);
 
   // pool_thread_caches.cpp
@@ -427,6 +430,9 @@ class pool_impl {
   std::size_t in_use_ = 0;
   std::size_t requested_ = 0;
   std::size_t peak_in_use_ = 0;
+  /// peak_in_use_ as pool_stats reports it: reset_peak_stats() brings it down to in use, where
+  /// the growth budget's peak_in_use_ stays the pool's whole history.
+  std::size_t reported_peak_in_use_ = 0;
   std::size_t peak_requested_ = 0;
   std::uint64_t allocations_ = 0;
   std::uint64_t deallocations_ = 0;

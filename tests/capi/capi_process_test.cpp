@@ -1,6 +1,6 @@
 // Tests of the C API's process-wide entry points: device count and contexts, stats (honouring the
-// caller's struct size), release, release_cached_memory, available bytes, C reclaim hooks, and
-// several devices (MultiDevice).
+// caller's struct size) and resetting their peaks, release, release_cached_memory, available
+// bytes, C reclaim hooks, and several devices (MultiDevice).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -63,6 +63,28 @@ TEST_F(CApiProcess, StatsMirrorThePoolsFigures) {
   EXPECT_EQ(tidepool_stats(2, &stats), TIDEPOOL_INVALID_DEVICE);
   EXPECT_EQ(tidepool_stats(1, nullptr), TIDEPOOL_INVALID_ARGUMENT);
   EXPECT_EQ(tidepool_deallocate(ptr, 1, nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, ResetPeakStatsBringsThePeaksDownToNow) {
+  use_small_sim(2);
+  EXPECT_EQ(tidepool_reset_peak_stats(1), TIDEPOOL_SUCCESS);  // no pool yet: nothing to do, none made
+  EXPECT_EQ(existing_pools().size(), 0u);
+  void* big = nullptr;
+  void* small = nullptr;
+  ASSERT_EQ(tidepool_allocate(64 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &big), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_allocate(6 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &small), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_deallocate(big, 1, nullptr), TIDEPOOL_SUCCESS);
+  tidepool_stats_t stats{};
+  stats.struct_size = sizeof stats;
+  ASSERT_EQ(tidepool_stats(1, &stats), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(stats.peak_requested_bytes, 70 * MiB);
+  ASSERT_EQ(tidepool_reset_peak_stats(1), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_stats(1, &stats), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(stats.peak_requested_bytes, 6 * MiB);
+  EXPECT_EQ(stats.peak_in_use_bytes, stats.in_use_bytes);
+  EXPECT_EQ(stats.peak_mapped_bytes, stats.mapped_bytes);
+  EXPECT_EQ(tidepool_reset_peak_stats(2), TIDEPOOL_INVALID_DEVICE);
+  EXPECT_EQ(tidepool_deallocate(small, 1, nullptr), TIDEPOOL_SUCCESS);
 }
 
 TEST_F(CApiProcess, StatsFillNoMoreThanTheCallersStruct) {

@@ -2,8 +2,9 @@
 // trace's pattern) settle with no driver call and the pool stays correct (every check of
 // pool_checker after every step, on a stream of its own and on the default stream); a request
 // whose best fit is wasteful extends a smaller free block into the unmapped room above it only
-// when growth would pass the budget; the budget never widens by itself; and a stream's own frees
-// serve its growth while the GPU runs behind.
+// when growth would pass the budget; resetting the reported peaks leaves the budget alone; the
+// budget never widens by itself; and a stream's own frees serve its growth while the GPU runs
+// behind.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -115,6 +116,46 @@ TEST(PoolGrowth, AWastefulFitServesWithinTheBudgetAndAnExtensionBeyondIt) {
     p.deallocate(request);
     p.deallocate(keeper);
   }
+}
+
+// reset_peak_stats() brings the reported peaks down to now (as torch.cuda.reset_peak_memory_stats)
+// and leaves the growth budget its whole history: the wasteful-fit choice above, made after a
+// 200 MiB peak, is the same in a pool whose peaks were reset (had the budget forgotten the 200 MiB,
+// it would have been 88 MiB and the frontier block extended).
+TEST(PoolGrowth, ResettingThePeaksChangesWhatStatsReportNotTheGrowthBudget) {
+  struct outcome {
+    bool took_the_wasteful_fit = false;
+    pool_stats stats;
+  };
+  const auto run = [](bool reset) {
+    auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+    pool_options options;
+    options.growth_slack = 0.1;
+    pool p(sim, 0, options);
+    p.deallocate(p.allocate(200 * MiB));
+    (void)p.release();
+    if (reset) p.reset_peak_stats();
+    void* wasteful = p.allocate(48 * MiB);
+    void* keeper = p.allocate(2 * MiB);
+    void* frontier = p.allocate(30 * MiB);
+    p.deallocate(wasteful);
+    p.deallocate(frontier);
+    void* request = p.allocate(32 * MiB);
+    outcome o{request == wasteful, p.stats()};
+    p.deallocate(request);
+    p.deallocate(keeper);
+    return o;
+  };
+  const outcome kept = run(false);
+  const outcome reset = run(true);
+  EXPECT_TRUE(kept.took_the_wasteful_fit);
+  EXPECT_TRUE(reset.took_the_wasteful_fit) << "the growth budget kept the 200 MiB peak";
+  EXPECT_EQ(reset.stats.mapped_bytes, kept.stats.mapped_bytes);
+  EXPECT_EQ(kept.stats.peak_in_use_bytes, 200 * MiB);
+  EXPECT_EQ(kept.stats.peak_mapped_bytes, 200 * MiB);
+  EXPECT_EQ(reset.stats.peak_in_use_bytes, 80 * MiB);  // 48 + 2 + 30, after the reset
+  EXPECT_EQ(reset.stats.peak_requested_bytes, 80 * MiB);
+  EXPECT_EQ(reset.stats.peak_mapped_bytes, reset.stats.mapped_bytes);
 }
 
 // The growth budget is fixed: a random mix that keeps stealing without live memory ever reaching a

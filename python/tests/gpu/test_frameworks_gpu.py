@@ -40,6 +40,17 @@ def test_torch_record_stream_keeps_a_tensor_from_reuse_until_the_recorded_stream
     assert r["side_stream_read_what_it_was_given"], r
 
 
+def test_torch_memory_statistics_answer_from_tidepool():
+    require("torch")
+    r = run_workload("torch_memory_stats.py")
+    assert r["allocated"] == r["in_use"] >= 64 * MiB, r
+    assert r["max_allocated"] == r["peak_in_use"] >= 576 * MiB, r
+    assert r["reserved"] == r["mapped"], r
+    assert 576 * MiB <= r["requested_peak"] < 600 * MiB, r
+    assert r["max_allocated_after_reset"] == r["in_use_after_reset"] < 576 * MiB, r
+    assert r["summary_first_line"].startswith("tidepool "), r
+
+
 def test_cupy_fft_and_elementwise_are_bit_identical_with_tidepool():
     require("cupy")
     default = run_workload("cupy_fft.py", "default")

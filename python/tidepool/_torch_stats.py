@@ -1,0 +1,71 @@
+"""torch.cuda's memory statistics answered from tidepool's pools, after tidepool.torch.use().
+
+PyTorch's pluggable allocator interface refuses its statistics calls ("CUDAPluggableAllocator does
+not yet support getDeviceStats", and resetPeakStats), so under any pluggable allocator
+torch.cuda.memory_allocated(), max_memory_allocated(), memory_reserved(), memory_stats() and
+reset_peak_memory_stats() raise, and a program that logs or plans its memory with them (training
+loops, a server sizing its cache after a profiling run) stops there. use() replaces the two calls
+the others go through: torch.cuda.memory.memory_stats_as_nested_dict (memory_stats and every
+*_memory_* reader call it) answers from the device's tidepool pool, and reset_peak_memory_stats
+resets that pool's reported peaks (tidepool.reset_peak_stats). torch.cuda.memory_summary() gives
+tidepool.summary().
+
+The figures, in PyTorch's names, under "all" (tidepool keeps no small and large pools apart):
+allocated_bytes (blocks in use, current and peak), requested_bytes (bytes asked for),
+reserved_bytes (memory mapped, current and peak), allocation (live blocks; allocated and freed
+counts). What tidepool does not count is absent rather than made up. Memory in tags' pools
+(tidepool.region) is not in them: tidepool.tag_stats has it.
+"""
+
+import functools
+
+from . import _stats
+
+
+def answer_memory_statistics(torch):
+    """Installs the replacements in torch.cuda and torch.cuda.memory."""
+    memory = torch.cuda.memory
+
+    @functools.wraps(memory.memory_stats_as_nested_dict)
+    def memory_stats_as_nested_dict(device=None):
+        if not torch.cuda.is_initialized():
+            return {}  # as PyTorch: nothing allocated yet, no device opened
+        return nested_stats(_stats.stats(_device_index(torch, device)))
+
+    @functools.wraps(memory.reset_peak_memory_stats)
+    def reset_peak_memory_stats(device=None):
+        _stats.reset_peak_stats(_device_index(torch, device))
+
+    @functools.wraps(memory.memory_summary)
+    def memory_summary(device=None, abbreviated=False):
+        return _stats.summary()
+
+    for namespace in (memory, torch.cuda):
+        namespace.memory_stats_as_nested_dict = memory_stats_as_nested_dict
+        namespace.reset_peak_memory_stats = reset_peak_memory_stats
+        namespace.memory_summary = memory_summary
+
+
+def nested_stats(stats):
+    """tidepool.Stats as torch.cuda.memory_stats_as_nested_dict's dict."""
+    return {
+        "allocated_bytes": {"all": {"current": stats.in_use_bytes,
+                                    "peak": stats.peak_in_use_bytes}},
+        "requested_bytes": {"all": {"current": stats.requested_bytes,
+                                    "peak": stats.peak_requested_bytes}},
+        "reserved_bytes": {"all": {"current": stats.mapped_bytes, "peak": stats.peak_mapped_bytes}},
+        "allocation": {"all": {"current": stats.live_allocations, "allocated": stats.allocations,
+                               "freed": stats.deallocations}},
+    }
+
+
+def _device_index(torch, device):
+    """PyTorch's device argument (None: the current device; an int; "cuda:1"; a torch.device) as
+    an ordinal."""
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    return device.index if device.index is not None else torch.cuda.current_device()
