@@ -32,6 +32,10 @@ def state_after_free(record):
     return [b["state"] for b in tidepool.describe()["blocks"] if b["address"] == pointer]
 
 result = {{"without": state_after_free(False), "recorded": state_after_free(True)}}
+pointer = _allocate.allocate(3 << 20)
+torch.Tensor(pointer).record_stream(torch.Stream({PER_THREAD_STREAM}))  # a device-generic stream
+_allocate.deallocate(pointer)
+result["generic"] = [b["state"] for b in tidepool.describe()["blocks"] if b["address"] == pointer]
 torch.Tensor(0xdead0000).record_stream(torch.cuda.Stream({PER_THREAD_STREAM}))  # not tidepool's
 torch.Tensor(0).record_stream(torch.cuda.Stream({PER_THREAD_STREAM}))  # an empty tensor
 result["pytorch_calls"] = len(recorded_by_pytorch)
@@ -40,8 +44,8 @@ print(json.dumps(result))
 """)
     r = json.loads(out.strip().splitlines()[-1])
     assert r["without"] == ["free"], r
-    assert r["recorded"] == ["pending"], r
-    assert r["pytorch_calls"] == 3, r  # PyTorch's own call runs first, every time
+    assert r["recorded"] == ["pending"] and r["generic"] == ["pending"], r
+    assert r["pytorch_calls"] == 4, r  # PyTorch's own call runs first, every time
     assert r["wrapped_name"] == "record_stream", r
 
 

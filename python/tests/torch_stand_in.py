@@ -58,8 +58,13 @@ class graph:
         self.cuda_graph.capture_end()
 recorded_by_pytorch = []
 class Stream:
-    def __init__(self, handle):
-        self.cuda_stream = handle
+    # torch.cuda.Stream over a handle here; as in PyTorch, also made from a generic stream's
+    # stream_id, device_index and device_type (the stand-in's stream ids are the handles).
+    def __init__(self, handle=None, stream_id=None, device_index=None, device_type=None):
+        self.cuda_stream = handle if handle is not None else stream_id
+class GenericStream:  # torch.Stream: no cuda_stream
+    def __init__(self, stream_id, device_index=0):
+        self.stream_id, self.device_index, self.device_type = stream_id, device_index, 1
 class _Storage:
     def __init__(self, pointer):
         self._pointer = pointer
@@ -72,7 +77,7 @@ class Tensor:
     def untyped_storage(self):
         return self._storage
     def record_stream(self, stream):
-        recorded_by_pytorch.append((self._storage.data_ptr(), stream.cuda_stream))
+        recorded_by_pytorch.append((self._storage.data_ptr(), getattr(stream, "cuda_stream", None)))
 torch.Tensor = Tensor
 # torch/cuda/memory.py's statistics, as PyTorch 2.11 has them: every reader goes through
 # memory_stats_as_nested_dict (looked up in the module at each call), and the C++ calls behind it
@@ -112,6 +117,7 @@ for _name, _function in {
 torch.cuda.is_initialized = lambda: True
 torch.cuda.current_device = lambda: 0
 torch.cuda.Stream = Stream
+torch.Stream = GenericStream
 torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator
 torch.cuda.memory.change_current_allocator = change_current_allocator
 torch.cuda.memory.empty_cache = empty_cache

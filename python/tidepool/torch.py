@@ -136,12 +136,24 @@ def _record_stream_reaching_tidepool(original):
         if storage == 0:  # nothing allocated (an empty tensor)
             return
         try:
-            _allocate.record_stream(storage, stream.cuda_stream, self.device.index)
+            _allocate.record_stream(storage, _cuda_stream_handle(stream), self.device.index)
         except _errors.TidepoolError as error:
             if error.status != _errors.INVALID_POINTER:
                 raise
 
     return record_stream
+
+
+def _cuda_stream_handle(stream):
+    """The cudaStream_t of a torch.cuda.Stream, or of a device-generic torch.Stream (which carries
+    only PyTorch's stream id: torch.cuda.Stream names the same stream from it)."""
+    handle = getattr(stream, "cuda_stream", None)
+    if handle is not None:
+        return handle
+    import torch
+
+    return torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                             device_type=stream.device_type).cuda_stream
 
 
 def graph_pool_of(handle):
