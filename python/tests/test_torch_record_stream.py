@@ -1,8 +1,8 @@
 """tidepool.torch.use() makes Tensor.record_stream(stream) reach tidepool after PyTorch's own call:
 the tensor's block, freed later, waits for the work queued on `stream` (on sim: "pending" right
-after the free, where without the call it is free at once); a storage tidepool did not allocate is
-left to PyTorch, as its own allocator does; a stream of another device is refused with a clear
-error and nothing changes.
+after the free, where without the call it is free at once); a storage tidepool did not allocate (or
+a CPU tensor's) is left to PyTorch, as its own allocator does; a stream of another device is
+refused with a clear error and nothing changes.
 
 These run over a stand-in `torch` module (torch_stand_in.py: PyTorch is not installed on the
 machines that run them); a side stream's kernel reading a freed tensor while the next allocation is
@@ -38,6 +38,7 @@ _allocate.deallocate(pointer)
 result["generic"] = [b["state"] for b in tidepool.describe()["blocks"] if b["address"] == pointer]
 torch.Tensor(0xdead0000).record_stream(torch.cuda.Stream({PER_THREAD_STREAM}))  # not tidepool's
 torch.Tensor(0).record_stream(torch.cuda.Stream({PER_THREAD_STREAM}))  # an empty tensor
+torch.Tensor(0x7f0000, device_type="cpu").record_stream(torch.cuda.Stream({PER_THREAD_STREAM}))
 result["pytorch_calls"] = len(recorded_by_pytorch)
 result["wrapped_name"] = torch.Tensor.record_stream.__name__
 print(json.dumps(result))
@@ -45,7 +46,7 @@ print(json.dumps(result))
     r = json.loads(out.strip().splitlines()[-1])
     assert r["without"] == ["free"], r
     assert r["recorded"] == ["pending"] and r["generic"] == ["pending"], r
-    assert r["pytorch_calls"] == 4, r  # PyTorch's own call runs first, every time
+    assert r["pytorch_calls"] == 5, r  # PyTorch's own call runs first, every time
     assert r["wrapped_name"] == "record_stream", r
 
 

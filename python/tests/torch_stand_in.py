@@ -71,9 +71,10 @@ class _Storage:
     def data_ptr(self):
         return self._pointer
 class Tensor:
-    def __init__(self, pointer, device=0):
+    def __init__(self, pointer, device=0, device_type="cuda"):
         self._storage = _Storage(pointer)
-        self.device = types.SimpleNamespace(type="cuda", index=device)
+        self.device = types.SimpleNamespace(type=device_type,
+                                            index=device if device_type == "cuda" else None)
     def untyped_storage(self):
         return self._storage
     def record_stream(self, stream):

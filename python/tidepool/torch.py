@@ -132,6 +132,8 @@ def _record_stream_reaching_tidepool(original):
     @functools.wraps(original)
     def record_stream(self, stream):
         original(self, stream)
+        if self.device.type != "cuda":
+            return
         storage = self.untyped_storage().data_ptr()
         if storage == 0:  # nothing allocated (an empty tensor)
             return
