@@ -24,7 +24,8 @@ from ._memory import (describe, dump_snapshot, memory_snapshot, recent_events, r
 from ._options import get_pool_options, set_pool_options
 from ._release import release_cached_memory
 from ._sharing import get_sharing_options, set_sharing_options
-from ._stats import MemorySummary, Stats, available_bytes, memory_summary, reset_peak_stats, stats, summary
+from ._stats import (MemorySummary, Stats, available_bytes, memory_summary, reset_peak_stats, stats,
+                     summary)
 from ._tags import current_tag, is_asleep, region, sleep, tag_stats, wake
 
 __all__ = [
@@ -35,7 +36,8 @@ __all__ = [
     "device_count",
     "dump_snapshot", "forget_stream", "get_current_stream", "get_pool_options", "get_sharing_options",
     "has_context", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",
-    "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook", "reset_peak_stats",
+    "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook",
+    "reset_peak_stats",
     "set_current_stream", "set_pool_options", "set_sharing_options", "stats", "stop_recording", "summary",
     "version",
     "current_tag", "is_asleep", "region", "sleep", "tag_stats", "wake",

@@ -70,9 +70,19 @@ def current_graph_pool():
     """The id of the graph pool current on this thread (GraphPool.id), else of the default one
     (GraphPool(all_threads=True) entered on any thread), or 0 for none: the one a capture whose
     first allocation this thread makes would join."""
-    lib = _library.load()
+    return thread_graph_pool() or default_graph_pool()
+
+
+def thread_graph_pool():
+    """The id of the graph pool this thread entered (GraphPool.id), or 0 for none."""
     current = ctypes.c_uint64(0)
-    _library.check(lib.tidepool_current_graph_pool(ctypes.byref(current)))
-    if current.value == 0:
-        _library.check(lib.tidepool_default_graph_pool(ctypes.byref(current)))
+    _library.check(_library.load().tidepool_current_graph_pool(ctypes.byref(current)))
+    return current.value
+
+
+def default_graph_pool():
+    """The id of the default graph pool (GraphPool(all_threads=True) entered on any thread), or 0
+    for none."""
+    current = ctypes.c_uint64(0)
+    _library.check(_library.load().tidepool_default_graph_pool(ctypes.byref(current)))
     return current.value

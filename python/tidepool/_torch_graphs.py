@@ -17,14 +17,13 @@ A graph pool the program entered itself wins: on this thread, or as the default 
 (tidepool.GraphPool(all_threads=True) around the capture), nothing is entered here.
 """
 
-import ctypes
 import functools
 import importlib.abc
 import importlib.util
 import sys
 import threading
 
-from . import _graph_pools, _library
+from . import _graph_pools
 
 _lock = threading.Lock()
 # PyTorch pool handle (a tuple of ints) -> the GraphPool that stands for it.
@@ -136,10 +135,9 @@ def graph_pool_of(handle):
 def _graph_pool_to_enter(pool_arguments):
     """The GraphPool a capture given `pool_arguments` (torch.cuda.graph's `pool` attribute: () or
     (handle,)) enters, or None where the program entered one of its own."""
-    lib = _library.load()
-    if _thread_graph_pool(lib) != 0:
+    if _graph_pools.thread_graph_pool() != 0:
         return None
-    default = _default_graph_pool(lib)
+    default = _graph_pools.default_graph_pool()
     with _lock:
         if default != 0 and default not in _made_here:
             return None
@@ -175,14 +173,3 @@ def _handle_key(handle):
     except TypeError:
         return handle
 
-
-def _thread_graph_pool(lib):
-    current = ctypes.c_uint64(0)
-    _library.check(lib.tidepool_current_graph_pool(ctypes.byref(current)))
-    return current.value
-
-
-def _default_graph_pool(lib):
-    current = ctypes.c_uint64(0)
-    _library.check(lib.tidepool_default_graph_pool(ctypes.byref(current)))
-    return current.value
