@@ -19,14 +19,12 @@ if mode == "tidepool":
     started = time.perf_counter()
     tidepool.torch.use()
     result["use_seconds"] = time.perf_counter() - started
-else:
-    import torch._inductor.config as inductor_config
-
-    inductor_config.triton.cudagraph_trees = False
 from common import emit, residual_mlp  # noqa: E402
 
-import torch._inductor.config as inductor_config  # noqa: E402
+import torch._inductor.config as inductor_config  # noqa: E402  (after use(): its hook acts here)
 
+if mode != "tidepool":
+    inductor_config.triton.cudagraph_trees = False
 result["cudagraph_trees"] = inductor_config.triton.cudagraph_trees
 torch.manual_seed(0)
 WIDTH, LAYERS, BATCHES, STEPS = 1024, 4, (256, 128), 12
