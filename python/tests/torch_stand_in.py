@@ -3,8 +3,9 @@ machines that run them. It carries only what tidepool.torch.use() and the code i
 (CUDAPluggableAllocator, change_current_allocator, empty_cache, is_current_stream_capturing,
 torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: the pool handle in
 `graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended; inductor's
-`triton.cudagraph_trees` setting; a Tensor over a given pointer, with record_stream, beside a
-Stream over a given handle; and torch.cuda.memory's statistics, whose C++ calls refuse pluggable
+`triton.cudagraph_trees` setting; torch.backends.cudnn's benchmark flag, its module made when
+the script calls import_cudnn(); a Tensor over a given pointer, with record_stream, beside a Stream
+over a given handle; and torch.cuda.memory's statistics, whose C++ calls refuse pluggable
 allocators). `SOURCE` is prepended to a script run in a fresh interpreter
 (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
@@ -127,12 +128,50 @@ torch.cuda.is_current_stream_capturing = lambda: capturing[0]
 torch.cuda.CUDAGraph = CUDAGraph
 torch.cuda.graph = graph
 torch.cuda.graph_pool_handle = graph_pool_handle
+# torch.backends.cudnn as PyTorch 2.11 has it: the flag lives in C++ (torch._C), the module's
+# `benchmark` attribute is a ContextProp on the module's class keeping the C++ setter, and
+# flags() / set_flags() look the setter up in torch._C at each call. PyTorch's cuDNN benchmark
+# asks the allocator's cacheInfo, refused for a pluggable allocator: `convolution` does the same.
+torch._C = types.ModuleType("torch._C")
+cudnn_benchmark = [False]
+def _get_cudnn_benchmark():
+    return cudnn_benchmark[0]
+def _set_cudnn_benchmark(on):
+    cudnn_benchmark[0] = bool(on)
+torch._C._get_cudnn_benchmark = _get_cudnn_benchmark
+torch._C._set_cudnn_benchmark = _set_cudnn_benchmark
+class ContextProp:
+    def __init__(self, getter, setter):
+        self.getter, self.setter = getter, setter
+    def __get__(self, obj, objtype):
+        return self.getter()
+    def __set__(self, obj, value):
+        self.setter(value)
+def _cudnn_module():
+    class CudnnModule(types.ModuleType):
+        benchmark = ContextProp(torch._C._get_cudnn_benchmark, torch._C._set_cudnn_benchmark)
+        def set_flags(self, _benchmark=None):
+            before = torch._C._get_cudnn_benchmark()
+            if _benchmark is not None:
+                torch._C._set_cudnn_benchmark(_benchmark)
+            return before
+        def convolution(self):
+            if torch._C._get_cudnn_benchmark():
+                _refused("cacheInfo")
+            return "convolved"
+    return CudnnModule("torch.backends.cudnn")
+torch.backends = types.ModuleType("torch.backends")
+def import_cudnn():  # what `import torch.backends.cudnn` does, whenever the program does it
+    torch.backends.cudnn = sys.modules["torch.backends.cudnn"] = _cudnn_module()
+    return torch.backends.cudnn
+sys.modules["torch.backends"] = torch.backends
 torch._inductor = types.ModuleType("torch._inductor")
 torch._inductor.config = types.ModuleType("torch._inductor.config")
 torch._inductor.config.triton = types.SimpleNamespace(cudagraph_trees=True)
 sys.modules["torch._inductor"] = torch._inductor
 sys.modules["torch._inductor.config"] = torch._inductor.config
 sys.modules["torch"] = torch
+sys.modules["torch._C"] = torch._C
 sys.modules["torch.cuda"] = torch.cuda
 sys.modules["torch.cuda.memory"] = torch.cuda.memory
 """

@@ -64,7 +64,8 @@ so they sleep and wake with it.
 
 import functools
 
-from . import _allocate, _errors, _frameworks, _library, _release, _torch_graphs, _torch_stats
+from . import (_allocate, _errors, _frameworks, _library, _release, _torch_cudnn, _torch_graphs,
+               _torch_stats)
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -100,6 +101,7 @@ def use():
     if graph_class is not None:
         _torch_graphs.follow_graph_pools(graph_class)
     _torch_graphs.capture_compiled_graphs_without_trees()
+    _torch_cudnn.keep_benchmark_off(torch)
 
 
 def _empty_cache_releasing_tidepool(original):

@@ -33,11 +33,28 @@ def test_torch_empty_cache_hands_back_what_tidepool_caches():
 def test_torch_record_stream_keeps_a_tensor_from_reuse_until_the_recorded_stream_is_done():
     require("torch")
     unrecorded = run_workload("torch_record_stream.py", "unrecorded")
-    # Without the call the same stream reuses the memory at once: the hazard the test must see.
+    # Without the call the same stream reuses the memory while the side stream has yet to read it,
+    # and the side stream reads the new values: the hazard the test must see.
+    assert unrecorded["side_busy_at_reuse"], unrecorded
     assert unrecorded["reused_at_once"], unrecorded
+    assert not unrecorded["side_stream_read_what_it_was_given"], unrecorded
     r = run_workload("torch_record_stream.py", "recorded")
+    assert r["side_busy_at_reuse"], r
     assert not r["reused_at_once"], r
     assert r["side_stream_read_what_it_was_given"], r
+
+
+def test_cudnn_benchmark_set_by_the_program_trains_as_under_pytorchs_allocator():
+    require("torch")
+    unguarded = run_workload("torch_cudnn_benchmark.py", "unguarded")
+    # Without use() PyTorch's benchmark stops at the first convolution: what use() is there for.
+    assert unguarded["error"] is not None and "cacheInfo" in unguarded["error"], unguarded
+    default = run_workload("torch_cudnn_benchmark.py", "default")
+    r = run_workload("torch_cudnn_benchmark.py", "tidepool")
+    assert r["error"] is None, r
+    assert r["benchmark_read_back"] is False, r
+    assert len(r["warnings"]) == 1 and "cacheInfo" in r["warnings"][0], r
+    assert r["losses"] == default["losses"] and len(r["losses"]) == 8, (r, default)
 
 
 def test_torch_memory_statistics_answer_from_tidepool():
