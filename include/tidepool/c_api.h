@@ -204,6 +204,15 @@ TIDEPOOL_API tidepool_status tidepool_stats(int device, tidepool_stats_t* stats)
  *  torch.cuda.reset_peak_memory_stats does (tidepool::pool::reset_peak_stats); the pool's growth
  *  budget is not touched. Tags' pools keep theirs. A no-op where no pool exists yet. */
 TIDEPOOL_API tidepool_status tidepool_reset_peak_stats(int device);
+/** Changes the most `device`'s pool maps, as torch.cuda.set_per_process_memory_fraction does for
+ *  PyTorch's allocator (tidepool::set_device_byte_cap): UINT64_MAX lifts the cap. Memory mapped
+ *  beyond a lowered cap stays until freed and released; an allocation that would grow past it
+ *  releases free cached memory first, then fails as out of memory. Before the device's pool exists
+ *  the pool is made with this cap. Tags' pools keep their own. 2^63 bytes or more, but
+ *  UINT64_MAX, is refused (TIDEPOOL_INVALID_ARGUMENT). */
+TIDEPOOL_API tidepool_status tidepool_set_byte_cap(int device, uint64_t bytes);
+/** The byte cap of `device`'s pool, or the one it will be made with (UINT64_MAX: none). */
+TIDEPOOL_API tidepool_status tidepool_byte_cap(int device, uint64_t* bytes);
 /** Hands `device`'s free cached memory back to the driver; *bytes: what went back (0 where no
  *  pool exists). bytes may be NULL. */
 TIDEPOOL_API tidepool_status tidepool_release(int device, size_t* bytes);

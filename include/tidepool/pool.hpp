@@ -286,7 +286,16 @@ class TIDEPOOL_API pool {
   /// torch.cuda.reset_peak_memory_stats does. The growth budget keeps the peak in use of the
   /// pool's whole life: resetting changes what is reported, never what the pool does.
   void reset_peak_stats();
+  /// Changes the most this pool maps (pool_options::byte_cap) while it runs, as
+  /// torch.cuda.set_per_process_memory_fraction does for PyTorch's allocator: SIZE_MAX lifts the
+  /// cap, 0 lets the pool grow no more (a fraction of 0). Memory mapped beyond a lowered cap stays
+  /// until it is freed and released; an allocation that would grow past it first releases free
+  /// cached memory, then fails as out of memory.
+  void set_byte_cap(std::size_t bytes);
+  /// The cap in force now (SIZE_MAX: none).
+  [[nodiscard]] std::size_t byte_cap() const;
   [[nodiscard]] int device() const noexcept;
+  /// The options the pool was made with (byte_cap as made: byte_cap() has the cap in force).
   [[nodiscard]] const pool_options& options() const noexcept;
   [[nodiscard]] const std::shared_ptr<driver>& get_driver() const noexcept;
   /// Grants `peer_device` access to every page this pool maps, now and later.

@@ -34,6 +34,14 @@ TIDEPOOL_API void set_default_pool_options(const pool_options& options);
 /// tidepool's pools, the CUDA async pools, then the reclaim hooks. Returns the bytes handed back,
 /// from the allocators' own counts.
 TIDEPOOL_API std::size_t release_cached_memory();
+/// Changes the most `device`'s pool maps (pool::set_byte_cap), as
+/// torch.cuda.set_per_process_memory_fraction does for PyTorch's allocator; SIZE_MAX lifts it.
+/// Before the pool exists the cap is kept and the pool is made with it (in place of the default
+/// options' byte_cap). Tags' pools keep their own caps. Throws tidepool::error (invalid_device) for
+/// a device that does not exist.
+TIDEPOOL_API void set_device_byte_cap(int device, std::size_t bytes);
+/// The byte cap of `device`'s pool, or the one it will be made with (SIZE_MAX: none).
+[[nodiscard]] TIDEPOOL_API std::size_t device_byte_cap(int device);
 /// The largest allocation that could succeed on `device` now: the pool's cache plus what the
 /// driver reports free, less headroom and byte cap.
 [[nodiscard]] TIDEPOOL_API std::size_t available_bytes(int device);

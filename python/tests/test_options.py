@@ -1,4 +1,5 @@
-"""tidepool.set_pool_options(): pools made afterwards get the options; bad ones are refused."""
+"""tidepool.set_pool_options(): pools made afterwards get the options; bad ones are refused.
+tidepool.set_byte_cap(): one device's cap, changed while its pool runs."""
 
 import pytest
 
@@ -22,6 +23,31 @@ def test_byte_cap_applies_to_pools_made_afterwards():
     assert lines[1] == f"{256 * MiB} {8 * MiB}"
     assert lines[2] == "capped"
     assert lines[3] == "True"
+
+
+def test_a_devices_byte_cap_changes_while_its_pool_runs_and_bad_values_are_refused():
+    out = run_script(f"""
+        import tidepool
+        print(tidepool.byte_cap(0))
+        held = tidepool.allocate({64 * MiB})
+        tidepool.set_byte_cap({96 * MiB})
+        try:
+            tidepool.allocate({64 * MiB})
+        except tidepool.OutOfMemoryError:
+            print("capped", tidepool.byte_cap(0))
+        for device, value in ((0, -1), (0, 2**63), (0, "1G"), (9, {MiB})):
+            try:
+                tidepool.set_byte_cap(value, device)
+            except (tidepool.TidepoolError, TypeError) as error:
+                print(type(error).__name__)
+        tidepool.set_byte_cap(None)
+        tidepool.deallocate(tidepool.allocate({64 * MiB}))
+        print(tidepool.byte_cap(0), tidepool.byte_cap(1))
+        tidepool.deallocate(held)
+    """, TIDEPOOL_SIM_DEVICES=2)
+    assert out.strip().splitlines() == [
+        "None", f"capped {96 * MiB}", "InvalidArgumentError", "InvalidArgumentError", "TypeError",
+        "TidepoolError", "None None"]
 
 
 def test_growth_slack_round_trips_and_bad_values_are_refused():

@@ -5,8 +5,8 @@ torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: 
 `graph.pool` as () or (handle,), CUDAGraph.pool() refused before a capture ended; inductor's
 `triton.cudagraph_trees` setting; torch.backends.cudnn's benchmark flag, its module made when
 the script calls import_cudnn(); a Tensor over a given pointer, with record_stream, beside a Stream
-over a given handle; and torch.cuda.memory's statistics, whose C++ calls refuse pluggable
-allocators). `SOURCE` is prepended to a script run in a fresh interpreter
+over a given handle; torch.cuda.memory's statistics, whose C++ calls refuse pluggable allocators,
+and its per-process memory fraction, which they drop). `SOURCE` is prepended to a script run in a fresh interpreter
 (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
 
@@ -116,6 +116,28 @@ for _name, _function in {
             "reserved_bytes.all.peak", 0)}.items():
     setattr(torch.cuda.memory, _name, _function)
     setattr(torch.cuda, _name, _function)
+# The per-process memory fraction as PyTorch 2.11 has it: the setter checks its argument and makes a
+# C++ call that the pluggable interface drops (recorded here in `fractions_to_pytorch`), the getter
+# is refused. The stand-in GPU has 1 GiB.
+fractions_to_pytorch = []
+def set_per_process_memory_fraction(fraction, device=None):
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    fractions_to_pytorch.append(fraction)
+def get_per_process_memory_fraction(device=None):
+    _refused("getMemoryFraction")
+for _name, _function in {"set_per_process_memory_fraction": set_per_process_memory_fraction,
+                         "get_per_process_memory_fraction": get_per_process_memory_fraction}.items():
+    setattr(torch.cuda.memory, _name, _function)
+    setattr(torch.cuda, _name, _function)
+class device:  # torch.device over "cuda" or "cuda:N"
+    def __init__(self, spec):
+        kind, _, index = str(spec).partition(":")
+        self.type, self.index = kind, int(index) if index else None
+torch.device = device
+torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(total_memory=1 << 30)
 torch.cuda.is_initialized = lambda: True
 torch.cuda.current_device = lambda: 0
 torch.cuda.Stream = Stream

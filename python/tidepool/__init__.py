@@ -21,7 +21,7 @@ from ._library import load as _load
 from ._library import path as library_path
 from ._memory import (describe, dump_snapshot, memory_snapshot, recent_events, record, recording_path,
                       stop_recording)
-from ._options import get_pool_options, set_pool_options
+from ._options import byte_cap, get_pool_options, set_byte_cap, set_pool_options
 from ._release import release_cached_memory
 from ._sharing import get_sharing_options, set_sharing_options
 from ._stats import (MemorySummary, Stats, available_bytes, memory_summary, reset_peak_stats, stats,
@@ -32,13 +32,13 @@ __all__ = [
     "ANY_DEVICE", "AsleepError", "GraphPool", "InvalidArgumentError", "LibraryNotFoundError", "MemorySummary",
     "OutOfMemoryError", "Stats",
     "TidepoolError",
-    "add_reclaim_hook", "allocate", "available_bytes", "current_graph_pool", "deallocate", "describe",
+    "add_reclaim_hook", "allocate", "available_bytes", "byte_cap", "current_graph_pool", "deallocate", "describe",
     "device_count",
     "dump_snapshot", "forget_stream", "get_current_stream", "get_pool_options", "get_sharing_options",
     "has_context", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",
     "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook",
     "reset_peak_stats",
-    "set_current_stream", "set_pool_options", "set_sharing_options", "stats", "stop_recording", "summary",
+    "set_byte_cap", "set_current_stream", "set_pool_options", "set_sharing_options", "stats", "stop_recording", "summary",
     "version",
     "current_tag", "is_asleep", "region", "sleep", "tag_stats", "wake",
 ]

@@ -162,6 +162,8 @@ _PROTOTYPES = {
     "tidepool_release": (_status, [ctypes.c_int, _size_p]),
     "tidepool_release_cached_memory": (_status, [_size_p]),
     "tidepool_available_bytes": (_status, [ctypes.c_int, _size_p]),
+    "tidepool_set_byte_cap": (_status, [ctypes.c_int, ctypes.c_uint64]),
+    "tidepool_byte_cap": (_status, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]),
     "tidepool_set_default_pool_options": (_status, [ctypes.POINTER(CPoolOptions)]),
     "tidepool_get_default_pool_options": (_status, [ctypes.POINTER(CPoolOptions)]),
     "tidepool_add_reclaim_hook": (_status, [RECLAIM_FN, ctypes.c_void_p, _int_p]),

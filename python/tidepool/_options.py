@@ -1,6 +1,7 @@
 """tidepool.set_pool_options(): the options pools are made with (byte cap, headroom, release
 policy, growth slack, thread caches), over tidepool_set_default_pool_options; set before the first
-allocation."""
+allocation. tidepool.set_byte_cap() / byte_cap(): one device's cap, changed at any time
+(tidepool_set_byte_cap), as torch.cuda.set_per_process_memory_fraction does for PyTorch."""
 
 import ctypes
 
@@ -92,3 +93,23 @@ def set_pool_options(**changes):
     raw.alias_slack = _arguments.real(fn, "alias_slack", options["alias_slack"])
     raw.follow_graph_captures = _arguments.flag(fn, "follow_graph_captures", options["follow_graph_captures"])
     _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))
+
+
+def set_byte_cap(bytes, device=0):
+    """Changes the most `device`'s pool maps, at any time (None lifts the cap): memory mapped
+    beyond a lowered cap stays until it is freed and released; an allocation that would grow past
+    it releases free cached memory first, then fails as out of memory. Before the device's pool
+    exists, the pool is made with this cap. Tags' pools keep their own (set_pool_options' byte_cap).
+    0 lets the pool grow no more."""
+    fn = "set_byte_cap"
+    device = _arguments.device(fn, device)
+    cap = _arguments.byte_count(fn, "bytes", bytes, allow_none=True)
+    _library.check(_library.load().tidepool_set_byte_cap(device, _NO_LIMIT if cap is None else cap))
+
+
+def byte_cap(device=0):
+    """The byte cap of `device`'s pool (or the one it will be made with); None: no cap."""
+    device = _arguments.device("byte_cap", device)
+    cap = ctypes.c_uint64()
+    _library.check(_library.load().tidepool_byte_cap(device, ctypes.byref(cap)))
+    return None if cap.value == _NO_LIMIT else cap.value

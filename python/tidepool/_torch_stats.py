@@ -30,11 +30,11 @@ def answer_memory_statistics(torch):
     def memory_stats_as_nested_dict(device=None):
         if not torch.cuda.is_initialized():
             return {}  # as PyTorch: nothing allocated yet, no device opened
-        return nested_stats(_stats.stats(_device_index(torch, device)))
+        return nested_stats(_stats.stats(device_index(torch, device)))
 
     @functools.wraps(memory.reset_peak_memory_stats)
     def reset_peak_memory_stats(device=None):
-        _stats.reset_peak_stats(_device_index(torch, device))
+        _stats.reset_peak_stats(device_index(torch, device))
 
     @functools.wraps(memory.memory_summary)
     def memory_summary(device=None, abbreviated=False):
@@ -59,7 +59,7 @@ def nested_stats(stats):
     }
 
 
-def _device_index(torch, device):
+def device_index(torch, device):
     """PyTorch's device argument (None: the current device; an int; "cuda:1"; a torch.device) as
     an ordinal."""
     if device is None:

@@ -65,7 +65,7 @@ so they sleep and wake with it.
 import functools
 
 from . import (_allocate, _errors, _frameworks, _library, _release, _torch_cudnn, _torch_graphs,
-               _torch_stats)
+               _torch_memory_fraction, _torch_stats)
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -97,6 +97,7 @@ def use():
     torch.cuda.empty_cache = releasing
     torch.Tensor.record_stream = _record_stream_reaching_tidepool(torch.Tensor.record_stream)
     _torch_stats.answer_memory_statistics(torch)
+    _torch_memory_fraction.follow_memory_fraction(torch)
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:
         _torch_graphs.follow_graph_pools(graph_class)

@@ -1,7 +1,9 @@
 // The C API's errors: the thread's last-error message, status names and codes, and the version.
 #include <algorithm>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -74,6 +76,17 @@ void print_last_error() noexcept {
   // The core's messages already start with "tidepool:"; the C API's own do not.
   const bool prefixed = std::strncmp(last_message, "tidepool", 8) == 0;
   std::fprintf(stderr, "%s%s\n", prefixed ? "" : "tidepool: ", last_message);
+}
+
+void check_bytes(const char* name, std::uint64_t value, bool no_limit_allowed) {
+  constexpr auto no_limit = std::numeric_limits<std::uint64_t>::max();
+  constexpr auto most = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (value <= most || (no_limit_allowed && value == no_limit)) return;
+  throw error(error_code::invalid_argument,
+              fmt::format("{} is {} bytes ({} as a signed number): more than any device holds; a byte "
+                          "count must be from 0 to 2^63 - 1{}",
+                          name, value, static_cast<std::int64_t>(value),
+                          no_limit_allowed ? ", or UINT64_MAX for no limit" : ""));
 }
 
 }  // namespace tidepool::detail

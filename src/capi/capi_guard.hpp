@@ -40,6 +40,12 @@ void check_struct_size(std::uint64_t size, const char* function, const char* typ
 /// later version may give it a meaning, and garbage there must not take one then.
 void check_reserved(const char* function, const char* name, std::int64_t value);
 
+/// Throws tidepool::error (invalid_argument) for a byte count `name` of 2^63 or more: more than
+/// any device holds, and what a negative number becomes when a caller stores it in an unsigned
+/// field or argument (headroom = -5 would make every allocation fail). UINT64_MAX, "no limit",
+/// passes where `no_limit_allowed`.
+void check_bytes(const char* name, std::uint64_t value, bool no_limit_allowed);
+
 /// Writes "tidepool: <last error>" to stderr: for the framework entry points, which can only
 /// return NULL, so that a failure is seen.
 void print_last_error() noexcept;

@@ -83,21 +83,6 @@ tidepool_pool_options_t to_c_options(const pool_options& o) {
   return c;
 }
 
-// A byte count of 2^63 or more is more than any device holds, and what a negative number becomes
-// when a caller stores it in the struct's unsigned fields: refused rather than taken as a huge
-// value (headroom = -5 would make every allocation fail). UINT64_MAX, "no limit", is allowed
-// where it means that.
-void check_bytes(const char* name, std::uint64_t value, bool no_limit_allowed) {
-  constexpr auto no_limit = std::numeric_limits<std::uint64_t>::max();
-  constexpr auto most = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  if (value <= most || (no_limit_allowed && value == no_limit)) return;
-  throw error(error_code::invalid_argument,
-              fmt::format("{} is {} bytes ({} as a signed number): more than any device holds; a byte "
-                          "count must be from 0 to 2^63 - 1{}",
-                          name, value, static_cast<std::int64_t>(value),
-                          no_limit_allowed ? ", or UINT64_MAX for no limit" : ""));
-}
-
 pool_options from_c_options(const tidepool_pool_options_t& c) {
   check_reserved("tidepool_set_default_pool_options", "reserved_", c.reserved_);
   check_reserved("tidepool_set_default_pool_options", "reserved2_", c.reserved2_);

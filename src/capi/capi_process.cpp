@@ -100,6 +100,23 @@ tidepool_status tidepool_reset_peak_stats(int device) {
   });
 }
 
+tidepool_status tidepool_set_byte_cap(int device, uint64_t bytes) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    check_bytes("tidepool_set_byte_cap's bytes", bytes, true);
+    tidepool::set_device_byte_cap(device, bytes == UINT64_MAX ? SIZE_MAX : static_cast<std::size_t>(bytes));
+  });
+}
+
+tidepool_status tidepool_byte_cap(int device, uint64_t* bytes) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (bytes == nullptr) throw_null_argument("tidepool_byte_cap", "bytes");
+    const std::size_t cap = tidepool::device_byte_cap(device);
+    *bytes = cap == SIZE_MAX ? UINT64_MAX : static_cast<std::uint64_t>(cap);
+  });
+}
+
 tidepool_status tidepool_tag_stats(const char* tag, int device, tidepool_stats_t* stats) {
   using namespace tidepool::detail;
   return guarded([&] {

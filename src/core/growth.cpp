@@ -92,8 +92,8 @@ bool pool_impl::beyond_growth_budget(std::size_t size) const noexcept {
 }
 
 bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
-  if (options_.byte_cap != std::numeric_limits<std::size_t>::max() &&
-      (pages_.held_bytes() > options_.byte_cap || bytes > options_.byte_cap - pages_.held_bytes())) {
+  if (byte_cap_ != std::numeric_limits<std::size_t>::max() &&
+      (pages_.held_bytes() > byte_cap_ || bytes > byte_cap_ - pages_.held_bytes())) {
     return false;
   }
   if (options_.headroom != 0) {

@@ -43,7 +43,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     const std::size_t driver_free = calls_.memory_info().free;
     const std::size_t held = pages_.held_bytes();
     std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
-    if (options_.byte_cap != everything) creatable = std::min(creatable, held < options_.byte_cap ? options_.byte_cap - held : 0);
+    if (byte_cap_ != everything) creatable = std::min(creatable, held < byte_cap_ ? byte_cap_ - held : 0);
     if (creatable >= need) return true;
     // Whole free handles (what stealing or releasing can reach), and the free block growth may
     // extend (its granules shared with live neighbours are not whole handles): an upper bound.
@@ -99,7 +99,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   report.cached_bytes = pages_.held_bytes() - in_use_;
   report.driver_free_bytes = calls_.memory_info().free;
   report.largest_possible_bytes = largest_possible(report.driver_free_bytes);
-  report.byte_cap = options_.byte_cap;
+  report.byte_cap = byte_cap_;
   if (recording_) note(recorded_event::kind::allocate_failure, 0, requested, s.stream);
   throw out_of_memory(report);
 }
@@ -113,7 +113,7 @@ std::size_t pool_impl::largest_possible(std::size_t driver_free) {
   }
   std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
   const std::size_t held = pages_.held_bytes();
-  if (options_.byte_cap != everything) creatable = std::min(creatable, held < options_.byte_cap ? options_.byte_cap - held : 0);
+  if (byte_cap_ != everything) creatable = std::min(creatable, held < byte_cap_ ? byte_cap_ - held : 0);
   // With the virtual memory API, whole free handles are stolen under any request; without it,
   // only a wholly free segment goes back (counted in whole_handles) to make room.
   const std::size_t grown = round_down(whole_handles + creatable, pages_.granularity());

@@ -34,6 +34,8 @@ bool pool::owns(const void* ptr) const { return impl_->owns(ptr); }
 std::size_t pool::available_bytes() const { return impl_->available_bytes(); }
 pool_stats pool::stats() const { return impl_->stats(); }
 void pool::reset_peak_stats() { impl_->reset_peak_stats(); }
+void pool::set_byte_cap(std::size_t bytes) { impl_->set_byte_cap(bytes); }
+std::size_t pool::byte_cap() const { return impl_->byte_cap(); }
 int pool::device() const noexcept { return impl_->device(); }
 const pool_options& pool::options() const noexcept { return impl_->options(); }
 const std::shared_ptr<driver>& pool::get_driver() const noexcept { return impl_->get_driver(); }

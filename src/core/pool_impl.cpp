@@ -286,6 +286,16 @@ void pool_impl::reset_peak_stats() {
   pages_.reset_peak_held();
 }
 
+void pool_impl::set_byte_cap(std::size_t bytes) {
+  std::lock_guard guard(lock_);
+  byte_cap_ = bytes;
+}
+
+std::size_t pool_impl::byte_cap() {
+  std::lock_guard guard(lock_);
+  return byte_cap_;
+}
+
 pool_stats pool_impl::stats_locked() {
   pool_stats s;
   s.in_use_bytes = in_use_;

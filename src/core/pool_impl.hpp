@@ -162,6 +162,9 @@ class pool_impl {
   [[nodiscard]] pool_stats stats();
   /// See tidepool::pool::reset_peak_stats.
   void reset_peak_stats();
+  /// See tidepool::pool::set_byte_cap and byte_cap.
+  void set_byte_cap(std::size_t bytes);
+  [[nodiscard]] std::size_t byte_cap();
   void enable_peer_access(int peer_device);
 
   // pool_thread_caches.cpp
@@ -383,7 +386,7 @@ class pool_impl {
 
   // out_of_memory_path.cpp
   [[nodiscard]] bool over_byte_cap(std::size_t size) const noexcept {
-    return round_up(size, pages_.granularity()) > options_.byte_cap;
+    return round_up(size, pages_.granularity()) > byte_cap_;
   }
   // Whether `size` could fit with every cached byte handed back: within the byte cap, and within
   // the device beside what is in use and the headroom (no driver call: the device's total).
@@ -427,6 +430,9 @@ class pool_impl {
   bool virtual_memory_ = true;
   bool automatic_release_ = false;
   std::size_t device_total_ = 0;
+  /// The most the pool maps: pool_options::byte_cap until set_byte_cap() changes it (options_
+  /// keeps the options as made, which pool::options() hands out without the lock).
+  std::size_t byte_cap_ = options_.byte_cap;
   std::size_t in_use_ = 0;
   std::size_t requested_ = 0;
   std::size_t peak_in_use_ = 0;

@@ -338,13 +338,13 @@ void pool_impl::wake() {
     throw error(error_code::asleep, fmt::format("tidepool: the memory of device {} is not asleep", device_));
   }
   // The byte cap holds while waking too.
-  if (pages_.held_bytes() + asleep_bytes_ > options_.byte_cap) {
+  if (pages_.held_bytes() + asleep_bytes_ > byte_cap_) {
     out_of_memory_report report;
     report.device = device_;
     report.requested_bytes = asleep_bytes_;
     report.in_use_bytes = in_use_;
-    report.byte_cap = options_.byte_cap;
-    report.largest_possible_bytes = options_.byte_cap - std::min(options_.byte_cap, pages_.held_bytes());
+    report.byte_cap = byte_cap_;
+    report.largest_possible_bytes = byte_cap_ - std::min(byte_cap_, pages_.held_bytes());
     throw wake_out_of_memory(report);
   }
   std::size_t woken = 0;
@@ -363,8 +363,8 @@ void pool_impl::wake() {
       report.requested_bytes = asleep_bytes_;
       report.in_use_bytes = in_use_;
       report.driver_free_bytes = calls_.memory_info().free;
-      report.byte_cap = options_.byte_cap;
-      report.largest_possible_bytes = std::min(report.driver_free_bytes, options_.byte_cap);
+      report.byte_cap = byte_cap_;
+      report.largest_possible_bytes = std::min(report.driver_free_bytes, byte_cap_);
       throw wake_out_of_memory(report);
     }
     throw error(error_code::driver_failure,

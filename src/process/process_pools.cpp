@@ -82,6 +82,7 @@ void reset_process_for_testing() {
   delete state.table.exchange(nullptr, std::memory_order_acq_rel);
   state.drv.reset();
   state.options = pool_options{};
+  state.device_byte_caps.clear();
 }
 
 namespace {
@@ -105,7 +106,12 @@ pool& create_device_pool(int device) {
   auto& slot = table->slots[device];
   if (pool* existing = slot.load(std::memory_order_acquire)) return *existing;
   auto& owner = table->owned[static_cast<std::size_t>(device)];
-  owner = std::make_unique<pool>(table->drv, device, state.options);
+  pool_options options = state.options;
+  if (auto cap = state.device_byte_caps.find(device); cap != state.device_byte_caps.end()) {
+    options.byte_cap = cap->second;
+    state.device_byte_caps.erase(cap);
+  }
+  owner = std::make_unique<pool>(table->drv, device, options);
   // A recording covers pools made after it began; TIDEPOOL_RECORD is read with the first pool.
   // Either happens before the pool is published, so no event of it is missed.
   auto& rec = recorder::instance();
@@ -160,6 +166,28 @@ void set_default_pool_options(const pool_options& options) {
     }
   }
   state.options = options;
+}
+
+void set_device_byte_cap(int device, std::size_t bytes) {
+  if (pool* p = detail::find_pool(device)) return p->set_byte_cap(bytes);
+  const auto drv = default_driver();  // before the lock: it takes it
+  detail::check_device(*drv, device);
+  auto& state = detail::process();
+  std::lock_guard lock(state.mutex);
+  // The pool may have been made meanwhile; under the lock it is either published or not yet made.
+  if (pool* p = detail::find_pool(device)) return p->set_byte_cap(bytes);
+  state.device_byte_caps[device] = bytes;
+}
+
+std::size_t device_byte_cap(int device) {
+  if (pool* p = detail::find_pool(device)) return p->byte_cap();
+  const auto drv = default_driver();
+  detail::check_device(*drv, device);
+  auto& state = detail::process();
+  std::lock_guard lock(state.mutex);
+  if (pool* p = detail::find_pool(device)) return p->byte_cap();
+  auto cap = state.device_byte_caps.find(device);
+  return cap != state.device_byte_caps.end() ? cap->second : state.options.byte_cap;
 }
 
 }  // namespace tidepool

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -34,6 +35,9 @@ struct process_state {
   /// The driver chosen so far (set_default_driver or the environment); null until first asked.
   std::shared_ptr<driver> drv;
   pool_options options{};
+  /// Byte caps set for a device before its pool existed (set_device_byte_cap), taken by the pool
+  /// when it is made.
+  std::map<int, std::size_t> device_byte_caps;
   /// Made with the first pool; from then on its driver is the process's driver.
   std::atomic<pool_table*> table{nullptr};
   /// TIDEPOOL_RECORD was read (with the first pool): it starts one recording at most.
@@ -48,6 +52,8 @@ process_state& process();
 /// tidepool::error naming a malformed variable.
 std::shared_ptr<driver> driver_from_environment();
 
+/// Throws tidepool::error (invalid_device) unless `drv` has device `device`.
+void check_device(driver& drv, int device);
 /// The options pools are made with now (set_default_pool_options(), else the defaults).
 pool_options default_pool_options();
 

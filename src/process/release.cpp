@@ -27,15 +27,6 @@ std::shared_ptr<driver> driver_if_available() {
   }
 }
 
-void check_device(driver& drv, int device) {
-  const int count = drv.device_count();
-  if (device < 0 || device >= count) {
-    throw error(error_code::invalid_device,
-                fmt::format("device {} does not exist: the '{}' driver has {} device(s)", device,
-                            drv.name(), count));
-  }
-}
-
 // What one device hands back: its pool's cache, the CUDA async pools, then every reclaim hook.
 std::size_t release_device(driver& drv, int device) {
   std::size_t bytes = 0;
@@ -47,6 +38,19 @@ std::size_t release_device(driver& drv, int device) {
 }
 
 }  // namespace
+
+namespace detail {
+
+void check_device(driver& drv, int device) {
+  const int count = drv.device_count();
+  if (device < 0 || device >= count) {
+    throw error(error_code::invalid_device,
+                fmt::format("device {} does not exist: the '{}' driver has {} device(s)", device,
+                            drv.name(), count));
+  }
+}
+
+}  // namespace detail
 
 std::size_t release_cached_memory() {
   const auto drv = driver_if_available();
@@ -72,7 +76,7 @@ std::size_t release_cached_memory() {
 std::size_t available_bytes(int device) {
   if (pool* p = detail::find_pool(device)) return p->available_bytes();
   const auto drv = default_driver();
-  check_device(*drv, device);
+  detail::check_device(*drv, device);
   // No pool yet: what a pool made now with the default options could map. The driver answers
   // memory_info without opening a context (NVML on cuda).
   const pool_options options = detail::default_pool_options();

@@ -1,6 +1,6 @@
 // Tests of the C API's process-wide entry points: device count and contexts, stats (honouring the
-// caller's struct size) and resetting their peaks, release, release_cached_memory, available
-// bytes, C reclaim hooks, and several devices (MultiDevice).
+// caller's struct size) and resetting their peaks, a device's byte cap, release,
+// release_cached_memory, available bytes, C reclaim hooks, and several devices (MultiDevice).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -85,6 +85,35 @@ TEST_F(CApiProcess, ResetPeakStatsBringsThePeaksDownToNow) {
   EXPECT_EQ(stats.peak_mapped_bytes, stats.mapped_bytes);
   EXPECT_EQ(tidepool_reset_peak_stats(2), TIDEPOOL_INVALID_DEVICE);
   EXPECT_EQ(tidepool_deallocate(small, 1, nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, AByteCapLimitsTheDevicesPoolAndIsLifted) {
+  use_small_sim(2);
+  std::uint64_t cap = 0;
+  ASSERT_EQ(tidepool_byte_cap(1, &cap), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(cap, UINT64_MAX);
+  ASSERT_EQ(tidepool_set_byte_cap(1, 32 * MiB), TIDEPOOL_SUCCESS);  // before the pool exists
+  ASSERT_EQ(tidepool_byte_cap(1, &cap), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(cap, 32 * MiB);
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(24 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  void* more = nullptr;
+  EXPECT_EQ(tidepool_allocate(16 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &more), TIDEPOOL_OUT_OF_MEMORY);
+  EXPECT_NE(std::string(tidepool_last_error()).find("byte cap 32.00 MiB"), std::string::npos)
+      << tidepool_last_error();
+  ASSERT_EQ(tidepool_set_byte_cap(1, UINT64_MAX), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_allocate(16 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &more), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_byte_cap(1, &cap), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(cap, UINT64_MAX);
+  EXPECT_EQ(tidepool_set_byte_cap(1, std::uint64_t{1} << 63), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("2^63"), std::string::npos) << tidepool_last_error();
+  EXPECT_EQ(tidepool_set_byte_cap(2, 32 * MiB), TIDEPOOL_INVALID_DEVICE);
+  EXPECT_EQ(tidepool_byte_cap(2, &cap), TIDEPOOL_INVALID_DEVICE);
+  EXPECT_EQ(tidepool_byte_cap(1, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  ASSERT_EQ(tidepool_byte_cap(1, &cap), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(cap, UINT64_MAX) << "refused calls change nothing";
+  EXPECT_EQ(tidepool_deallocate(ptr, 1, nullptr), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(tidepool_deallocate(more, 1, nullptr), TIDEPOOL_SUCCESS);
 }
 
 TEST_F(CApiProcess, StatsFillNoMoreThanTheCallersStruct) {

@@ -241,5 +241,42 @@ TEST(PoolOutOfMemory, ByteCapAndHeadroom) {
   leaving_room.deallocate(z);
 }
 
+// set_byte_cap() changes the cap of a running pool (torch.cuda.set_per_process_memory_fraction):
+// lowered under what is mapped it unmaps nothing by itself, the cache still serves what fits in
+// it, growth past it fails with the report naming the new cap (the pool intact), and lifting it
+// lets the same request through.
+TEST(PoolOutOfMemory, AByteCapChangedWhileThePoolRuns) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0, {});
+  pool_checker checker(*sim, p);
+  EXPECT_EQ(p.byte_cap(), SIZE_MAX);
+  void* live = checker.allocate(8 * MiB);
+  checker.free(checker.allocate(24 * MiB));
+  ASSERT_EQ(p.stats().mapped_bytes, 32 * MiB);
+  p.set_byte_cap(16 * MiB);
+  EXPECT_EQ(p.byte_cap(), 16 * MiB);
+  EXPECT_EQ(p.options().byte_cap, SIZE_MAX) << "options() stays as made";
+  EXPECT_EQ(p.stats().mapped_bytes, 32 * MiB) << "lowering the cap unmaps nothing by itself";
+  void* cached = checker.allocate(20 * MiB);  // the cache serves it: no growth
+  checker.free(cached);
+  try {
+    (void)p.allocate(64 * MiB);
+    FAIL() << "grew past the lowered cap";
+  } catch (const out_of_memory& e) {
+    EXPECT_EQ(e.report().byte_cap, 16 * MiB);
+    EXPECT_NE(std::string(e.what()).find("byte cap 16.00 MiB"), std::string::npos) << e.what();
+  }
+  checker.check();
+  p.set_byte_cap(SIZE_MAX);
+  void* big = checker.allocate(64 * MiB);
+  checker.free(big);
+  p.set_byte_cap(0);  // no growth at all, as a fraction of 0; the cache still serves
+  EXPECT_THROW((void)p.allocate(128 * MiB), out_of_memory);
+  void* from_cache = checker.allocate(16 * MiB);
+  checker.free(from_cache);
+  checker.free(live);
+  checker.check();
+}
+
 }  // namespace
 }  // namespace tidepool::testing

@@ -101,5 +101,31 @@ TEST_F(ProcessPools, OptionsSetOnceAPoolExistsAreRefused) {
   EXPECT_EQ(device_pool(0).options().byte_cap, SIZE_MAX);  // pools made later get the old options
 }
 
+// A device's byte cap set before its pool exists is the one the pool is made with (the default
+// options' cap elsewhere); once the pool exists it changes the running pool; a device that does not
+// exist is refused.
+TEST_F(ProcessPools, ADeviceByteCapBeforeAndAfterItsPoolIsMade) {
+  use_small_sim(2);
+  pool_options options;
+  options.byte_cap = 512 * MiB;
+  set_default_pool_options(options);
+  set_device_byte_cap(1, 64 * MiB);
+  EXPECT_EQ(device_byte_cap(1), 64 * MiB);
+  EXPECT_EQ(device_byte_cap(0), 512 * MiB);
+  EXPECT_EQ(existing_pools().size(), 0u) << "setting or reading a cap makes no pool";
+  EXPECT_EQ(device_pool(1).byte_cap(), 64 * MiB);
+  EXPECT_EQ(device_pool(0).byte_cap(), 512 * MiB);
+  set_device_byte_cap(1, 128 * MiB);
+  EXPECT_EQ(device_pool(1).byte_cap(), 128 * MiB);
+  EXPECT_EQ(device_byte_cap(1), 128 * MiB);
+  try {
+    set_device_byte_cap(2, 64 * MiB);
+    FAIL() << "a cap for a device that does not exist was taken";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_device);
+  }
+  EXPECT_EQ(device_byte_cap(0), 512 * MiB);
+}
+
 }  // namespace
 }  // namespace tidepool::testing
