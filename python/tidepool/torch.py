@@ -17,6 +17,10 @@ pluggable allocator. torch.cuda.memory_allocated(), max_memory_allocated(), memo
 memory_stats() and reset_peak_memory_stats(), which PyTorch refuses under any pluggable
 allocator, answer from the device's tidepool pool (_torch_stats.py: allocated, requested and
 reserved bytes, current and peak, and allocation counts; memory_summary() is tidepool.summary());
+torch.cuda.set_per_process_memory_fraction(), which the pluggable interface drops, caps the
+device's pool (tidepool.set_byte_cap), and get_per_process_memory_fraction() reads it back
+(_torch_memory_fraction.py). cuDNN's benchmark mode, which asks the allocator a question PyTorch
+refuses for pluggable allocators, is kept off with one warning (_torch_cudnn.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 
