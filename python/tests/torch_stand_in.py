@@ -6,7 +6,8 @@ torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: 
 `triton.cudagraph_trees` setting; torch.backends.cudnn's benchmark flag, its module made when
 the script calls import_cudnn(); a Tensor over a given pointer, with record_stream, beside a Stream
 over a given handle; torch.cuda.memory's statistics, whose C++ calls refuse pluggable allocators,
-and its per-process memory fraction, which they drop). `SOURCE` is prepended to a script run in a fresh interpreter
+its per-process memory fraction, which they drop, its history and snapshots, refused, and
+UntypedStorage._share_cuda_, refused). `SOURCE` is prepended to a script run in a fresh interpreter
 (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
 
@@ -132,6 +133,37 @@ for _name, _function in {"set_per_process_memory_fraction": set_per_process_memo
                          "get_per_process_memory_fraction": get_per_process_memory_fraction}.items():
     setattr(torch.cuda.memory, _name, _function)
     setattr(torch.cuda, _name, _function)
+# torch.cuda.memory's history and snapshots as PyTorch 2.11 has them: their C++ calls refuse a
+# pluggable allocator, and _dump_snapshot pickles what the module's _snapshot (looked up at each
+# call) returns.
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize,
+                           device=None, clear_history=False):
+    _refused("recordHistory")
+def _snapshot(device=None, augment_with_fx_traces=False):
+    _refused("snapshot")
+def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False):
+    import pickle
+    s = torch.cuda.memory._snapshot(augment_with_fx_traces=augment_with_fx_traces)
+    with open(filename, "wb") as f:
+        pickle.dump(s, f)
+def memory_snapshot(mempool_id=None):
+    _refused("snapshot")
+torch.cuda.memory._record_memory_history = _record_memory_history
+torch.cuda.memory._snapshot = _snapshot
+torch.cuda.memory._dump_snapshot = _dump_snapshot
+torch.cuda.memory.memory_snapshot = memory_snapshot
+torch.cuda.memory_snapshot = memory_snapshot
+# torch.UntypedStorage._share_cuda_, what torch.multiprocessing calls to send a CUDA tensor: the
+# pluggable interface refuses it (PyTorch's message spells it "shareIPcHandle"); `share_fails_with`
+# makes it fail another way.
+share_fails_with = [None]
+class UntypedStorage:
+    def _share_cuda_(self):
+        if share_fails_with[0] is not None:
+            raise RuntimeError(share_fails_with[0])
+        raise RuntimeError("CUDAPluggableAllocator does not yet support shareIPcHandle. If you "
+                           "need it, please file an issue describing your use case.")
+torch.UntypedStorage = UntypedStorage
 class device:  # torch.device over "cuda" or "cuda:N"
     def __init__(self, spec):
         kind, _, index = str(spec).partition(":")

@@ -19,8 +19,12 @@ allocator, answer from the device's tidepool pool (_torch_stats.py: allocated, r
 reserved bytes, current and peak, and allocation counts; memory_summary() is tidepool.summary());
 torch.cuda.set_per_process_memory_fraction(), which the pluggable interface drops, caps the
 device's pool (tidepool.set_byte_cap), and get_per_process_memory_fraction() reads it back
-(_torch_memory_fraction.py). cuDNN's benchmark mode, which asks the allocator a question PyTorch
-refuses for pluggable allocators, is kept off with one warning (_torch_cudnn.py).
+(_torch_memory_fraction.py). torch.cuda.memory._record_memory_history(), _snapshot(),
+_dump_snapshot() and torch.cuda.memory_snapshot(), refused too, record and snapshot tidepool's
+memory for pytorch.org/memory_viz (_torch_memory_history.py). cuDNN's benchmark mode, which asks the allocator a question PyTorch
+refuses for pluggable allocators, is kept off with one warning (_torch_cudnn.py). Sending a CUDA
+tensor to another process (torch.multiprocessing, CUDA IPC) is refused with an error saying why
+(_torch_ipc.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 
@@ -69,7 +73,7 @@ so they sleep and wake with it.
 import functools
 
 from . import (_allocate, _errors, _frameworks, _library, _release, _torch_cudnn, _torch_graphs,
-               _torch_memory_fraction, _torch_stats)
+               _torch_ipc, _torch_memory_fraction, _torch_memory_history, _torch_stats)
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -102,6 +106,8 @@ def use():
     torch.Tensor.record_stream = _record_stream_reaching_tidepool(torch.Tensor.record_stream)
     _torch_stats.answer_memory_statistics(torch)
     _torch_memory_fraction.follow_memory_fraction(torch)
+    _torch_memory_history.answer_memory_history(torch)
+    _torch_ipc.refuse_cuda_ipc_clearly(torch)
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:
         _torch_graphs.follow_graph_pools(graph_class)

@@ -69,6 +69,15 @@ def test_per_process_memory_fraction_caps_what_pytorch_allocates(mode):
         assert r["byte_cap"] is None, r
 
 
+def test_sending_a_tidepool_tensor_to_another_process_is_refused_clearly():
+    require("torch")
+    assert run_workload("torch_ipc.py", "default")["shared"]
+    r = run_workload("torch_ipc.py", "tidepool")
+    assert not r["shared"] and r["error"] == "InvalidArgumentError", r
+    assert "cannot be shared with another process" in r["message"], r
+    assert r["tensor_intact"], r
+
+
 def test_torch_memory_statistics_answer_from_tidepool():
     require("torch")
     r = run_workload("torch_memory_stats.py")

@@ -1,6 +1,7 @@
 """tidepool.dump_snapshot() of a PyTorch program on tidepool, on the GPU: torch.cuda._memory_viz
 renders it (its HTML plots, the segment summary, the trace, the flame graph lines) without error,
-and the recording made meanwhile replays."""
+and the recording made meanwhile replays; PyTorch's own calls for the same (its memory history and
+_dump_snapshot, refused under pluggable allocators) work through tidepool.torch.use()."""
 
 import os
 import subprocess
@@ -22,3 +23,14 @@ def test_memory_viz_renders_a_dump_of_torch_on_tidepool(tmp_path):
         result = subprocess.run([tool, "replay", "--allocators", "tidepool", str(tmp_path / "run.csv.gz")],
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
+
+
+def test_pytorchs_memory_history_and_dump_snapshot_work_through_use(tmp_path):
+    require("torch")
+    r = run_workload("torch_memory_history.py", tmp_path)
+    assert r["events"] > 0 and {"alloc", "free_requested", "segment_map"} <= set(r["actions"]), r
+    assert r["segments"] > 0 and r["live_blocks"] > 0, r
+    for name, size in r["pages"].items():
+        assert size > 1000, name
+        assert "<!DOCTYPE html>" in (tmp_path / f"{name}.html").read_text()
+    assert r["recording_after_off"] is None, r
