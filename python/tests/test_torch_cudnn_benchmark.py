@@ -8,18 +8,15 @@ These run over a stand-in `torch` module (torch_stand_in.py, whose `convolution`
 PyTorch's does when the flag is on); a convolution net trained with the flag set runs through the
 real PyTorch on the GPU (gpu/test_frameworks_gpu.py)."""
 
-import json
-
 import pytest
 
-from sim_support import run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from torch_stand_in import run_with_stand_in
 
 
 @pytest.mark.parametrize("cudnn_imported", ["before use()", "after use()"])
 def test_benchmark_set_after_use_stays_off_and_warns_once(cudnn_imported):
     early = cudnn_imported == "before use()"
-    out = run_script(STAND_IN_TORCH + f"""
+    r = run_with_stand_in(f"""
 import json, warnings
 import tidepool
 if {early}:
@@ -37,7 +34,6 @@ with warnings.catch_warnings(record=True) as caught:
 print(json.dumps({{"after_attribute": after_attribute, "after_flags": after_flags,
                    "convolved": convolved, "warnings": [str(w.message) for w in caught]}}))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["after_attribute"] is False and r["after_flags"] is False, r
     assert r["convolved"] == "convolved", r
     assert len(r["warnings"]) == 1, r
@@ -46,7 +42,7 @@ print(json.dumps({{"after_attribute": after_attribute, "after_flags": after_flag
 
 
 def test_benchmark_on_before_use_is_turned_off():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json, warnings
 import tidepool
 cudnn = import_cudnn()
@@ -57,12 +53,11 @@ with warnings.catch_warnings(record=True) as caught:
 print(json.dumps({"benchmark": cudnn.benchmark, "convolved": cudnn.convolution(),
                   "warnings": len(caught)}))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r == {"benchmark": False, "convolved": "convolved", "warnings": 1}, r
 
 
 def test_benchmark_left_off_warns_nothing():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json, warnings
 import tidepool
 cudnn = import_cudnn()
@@ -72,5 +67,4 @@ with warnings.catch_warnings(record=True) as caught:
     cudnn.benchmark = False
 print(json.dumps({"benchmark": cudnn.benchmark, "warnings": len(caught)}))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r == {"benchmark": False, "warnings": 0}, r

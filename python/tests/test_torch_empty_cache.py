@@ -5,14 +5,12 @@ PyTorch is not installed on the machines that run these tests: they run in a fre
 over a stand-in `torch` module (torch_stand_in.py); the same path through the real PyTorch runs on
 the GPU (python/tests/gpu/test_frameworks_gpu.py)."""
 
-import json
-
-from sim_support import MiB, run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from sim_support import MiB
+from torch_stand_in import run_with_stand_in
 
 
 def test_empty_cache_hands_back_tidepools_cache_except_in_a_capture():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json
 import tidepool
 MiB = 1 << 20
@@ -35,7 +33,6 @@ result["wrapped_name"] = torch.cuda.empty_cache.__name__
 _allocate.deallocate(kept)
 print(json.dumps(result))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["cached_before"] >= 64 * MiB, r
     assert r["cached_while_capturing"] == r["cached_before"], r
     assert r["cached_after"] < r["cached_before"] - 32 * MiB, r

@@ -9,10 +9,7 @@ These run over a stand-in `torch` module (torch_stand_in.py: PyTorch is not inst
 machines that run them); that the captures then share memory is tested through the real PyTorch on
 the GPU (gpu/test_graph_capture_gpu.py) and in C++ on sim (tests/core/pool_graph_pool_test.cpp)."""
 
-import json
-
-from sim_support import run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from torch_stand_in import run_with_stand_in
 
 # Captures `with torch.cuda.graph(...)` and reports the graph pool current inside on this thread
 # and on a thread started there (as PyTorch's autograd thread would allocate).
@@ -34,8 +31,8 @@ def pools_inside(cuda_graph, **graph_arguments):
 
 
 def run(body):
-    out = run_script(STAND_IN_TORCH + CAPTURE_HELPERS + body)
-    return json.loads(out.strip().splitlines()[-1])
+    r = run_with_stand_in(CAPTURE_HELPERS + body)
+    return r
 
 
 def test_captures_given_one_pool_share_one_graph_pool_on_every_thread():
@@ -122,7 +119,7 @@ def test_inductors_graph_trees_are_turned_off_when_inductor_is_imported_after_us
     # use() must not import inductor itself (seconds of a program's start): it waits for the import.
     (tmp_path / "config.py").write_text(
         "import types\ntriton = types.SimpleNamespace(cudagraph_trees=True)\n")
-    out = run_script(STAND_IN_TORCH + f"""
+    r = run_with_stand_in(f"""
 import json, sys
 del sys.modules["torch._inductor.config"], torch._inductor.config
 torch._inductor.__path__ = [{str(tmp_path)!r}]
@@ -135,6 +132,5 @@ print(json.dumps({{"imported_by_use": imported_by_use, "trees": config.triton.cu
                   "loaded_from": config.__file__,
                   "finders_left": sum(type(f).__name__ == "_AfterImport" for f in sys.meta_path)}}))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["imported_by_use"] is False and r["trees"] is False, r
     assert r["loaded_from"] == str(tmp_path / "config.py") and r["finders_left"] == 0, r

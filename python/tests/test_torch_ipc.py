@@ -5,14 +5,11 @@ InvalidArgumentError saying why and what to do; any other failure of the call is
 These run over a stand-in `torch` module (torch_stand_in.py); the real PyTorch's reduction of a
 CUDA tensor is refused the same way on the GPU (gpu/test_frameworks_gpu.py)."""
 
-import json
-
-from sim_support import run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from torch_stand_in import run_with_stand_in
 
 
 def test_pytorchs_refusal_becomes_tidepools_error_and_other_failures_pass_through():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json
 import tidepool
 tidepool.torch.use()
@@ -29,7 +26,6 @@ except RuntimeError as error:
     r["other"] = [type(error).__name__, str(error)]
 print(json.dumps(r))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert "cannot be shared with another process" in r["refused"], r
     assert "Send it as a CPU tensor" in r["refused"], r
     assert r["cause"].startswith("CUDAPluggableAllocator does not yet support shareIPcHandle"), r

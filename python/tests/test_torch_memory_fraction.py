@@ -7,16 +7,13 @@ fraction they refuse changes nothing.
 These run over a stand-in `torch` module (torch_stand_in.py: a GPU of 1 GiB) on sim; the real
 PyTorch runs the same through its out-of-memory error on the GPU (gpu/test_frameworks_gpu.py)."""
 
-import json
-
-from sim_support import run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from torch_stand_in import run_with_stand_in
 
 MiB = 1 << 20
 
 
 def test_the_fraction_caps_the_devices_pool_and_is_read_back():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json
 import tidepool
 from tidepool import _allocate
@@ -47,7 +44,6 @@ _allocate.deallocate(held)
 _allocate.deallocate(more)
 print(json.dumps(r))
 """, TIDEPOOL_SIM_CAPACITY=str(1 << 30))
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["before"] == 1.0, r
     assert r["cap"] == 256 * MiB and r["read_back"] == 0.25, r
     assert r["past_the_cap"] is True, r
@@ -59,7 +55,7 @@ print(json.dumps(r))
 
 
 def test_a_fraction_set_before_the_first_allocation_caps_the_pool_made_later():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json
 import tidepool
 from tidepool import _allocate
@@ -72,5 +68,4 @@ except tidepool.OutOfMemoryError:
     result = "out of memory"
 print(json.dumps({"result": result, "cap": tidepool.byte_cap(0)}))
 """, TIDEPOOL_SIM_CAPACITY=str(1 << 30))
-    r = json.loads(out.strip().splitlines()[-1])
     assert r == {"result": "out of memory", "cap": 64 * MiB}, r

@@ -7,15 +7,12 @@ of these for pluggable allocators.
 These run over a stand-in `torch` module (torch_stand_in.py) on sim; the real PyTorch and its
 torch.cuda._memory_viz draw the snapshot on the GPU (gpu/test_snapshot_gpu.py)."""
 
-import json
-
-from sim_support import run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from torch_stand_in import run_with_stand_in
 
 
 def test_the_history_records_and_the_dump_holds_tidepools_snapshot(tmp_path):
     path = tmp_path / "snapshot.pickle"
-    out = run_script(STAND_IN_TORCH + f"""
+    r = run_with_stand_in(f"""
 import json, os, pickle
 import tidepool
 from tidepool import _allocate
@@ -37,7 +34,6 @@ r["allocator"] = snapshot["allocator_settings"]["allocator"]
 _allocate.deallocate(kept)
 print(json.dumps(r))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["recording_to"] == "/dev/null" and r["recording_after_off"] is None, r
     assert r["actions"] == ["segment_map", "alloc", "segment_map", "alloc", "free_requested",
                             "free_completed"], r
@@ -47,7 +43,7 @@ print(json.dumps(r))
 
 def test_turning_the_history_off_leaves_the_programs_own_recording_running(tmp_path):
     own = tmp_path / "own.csv"
-    out = run_script(STAND_IN_TORCH + f"""
+    r = run_with_stand_in(f"""
 import json
 import tidepool
 tidepool.torch.use()
@@ -57,5 +53,4 @@ torch.cuda.memory._record_memory_history(enabled=None)
 print(json.dumps({{"recording": tidepool.recording_path()}}))
 tidepool.stop_recording()
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r == {"recording": str(own)}, r

@@ -7,14 +7,12 @@ pool's growth budget alone (tested in C++ on sim, tests/core/pool_growth_test.cp
 These run over a stand-in `torch` module (torch_stand_in.py: PyTorch is not installed on the
 machines that run them), whose readers call memory_stats_as_nested_dict as PyTorch 2.11's do."""
 
-import json
-
-from sim_support import MiB, run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from sim_support import MiB
+from torch_stand_in import run_with_stand_in
 
 
 def test_memory_statistics_answer_from_tidepools_pool_and_peaks_reset():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json
 import tidepool
 from tidepool import _allocate
@@ -45,7 +43,6 @@ result.update(max_allocated_after_reset=torch.cuda.max_memory_allocated(),
 _allocate.deallocate(small)
 print(json.dumps(result))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["refused_before_use"], r  # the stand-in refuses as PyTorch does
     assert r["allocated"] == r["in_use"] >= 3 * MiB, r
     assert r["max_allocated"] == r["peak_in_use"] >= 67 * MiB, r
@@ -61,7 +58,7 @@ print(json.dumps(result))
 
 
 def test_a_device_that_does_not_exist_is_a_clear_error():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json
 import tidepool
 tidepool.torch.use()
@@ -74,4 +71,4 @@ for call in (lambda: torch.cuda.memory_allocated(7), lambda: torch.cuda.reset_pe
         messages.append(error.name)
 print(json.dumps(messages))
 """)
-    assert json.loads(out.strip().splitlines()[-1]) == ["TIDEPOOL_INVALID_DEVICE"] * 2
+    assert r == ["TIDEPOOL_INVALID_DEVICE"] * 2

@@ -8,17 +8,14 @@ These run over a stand-in `torch` module (torch_stand_in.py: PyTorch is not inst
 machines that run them); a side stream's kernel reading a freed tensor while the next allocation is
 written runs through the real PyTorch on the GPU (gpu/test_frameworks_gpu.py)."""
 
-import json
-
-from sim_support import run_script
-from torch_stand_in import SOURCE as STAND_IN_TORCH
+from torch_stand_in import run_with_stand_in
 
 # The per-thread default stream's handle: a stream of every device, on sim as in CUDA.
 PER_THREAD_STREAM = 2
 
 
 def test_record_stream_reaches_tidepool_after_pytorchs_own_call():
-    out = run_script(STAND_IN_TORCH + f"""
+    r = run_with_stand_in(f"""
 import json
 import tidepool
 from tidepool import _allocate
@@ -43,7 +40,6 @@ result["pytorch_calls"] = len(recorded_by_pytorch)
 result["wrapped_name"] = torch.Tensor.record_stream.__name__
 print(json.dumps(result))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r["without"] == ["free"], r
     assert r["recorded"] == ["pending"] and r["generic"] == ["pending"], r
     assert r["pytorch_calls"] == 5, r  # PyTorch's own call runs first, every time
@@ -51,7 +47,7 @@ print(json.dumps(result))
 
 
 def test_a_stream_of_another_device_is_refused_and_changes_nothing():
-    out = run_script(STAND_IN_TORCH + """
+    r = run_with_stand_in("""
 import json
 import tidepool
 from tidepool import _allocate
@@ -66,5 +62,4 @@ _allocate.deallocate(pointer)
 state = [b["state"] for b in tidepool.describe()["blocks"] if b["address"] == pointer]
 print(json.dumps({"refused": refused, "state": state}))
 """)
-    r = json.loads(out.strip().splitlines()[-1])
     assert r == {"refused": "TIDEPOOL_INVALID_STREAM", "state": ["free"]}, r

@@ -9,7 +9,12 @@ over a given handle; torch.cuda.memory's statistics, whose C++ calls refuse plug
 its per-process memory fraction, which they drop, its history and snapshots, refused, and
 UntypedStorage._share_cuda_, refused). `SOURCE` is prepended to a script run in a fresh interpreter
 (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
-`recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu)."""
+`recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu).
+run_with_stand_in() runs a script after it and returns the JSON the script printed last."""
+
+import json
+
+from sim_support import run_script
 
 SOURCE = """
 import sys, types
@@ -229,3 +234,9 @@ sys.modules["torch._C"] = torch._C
 sys.modules["torch.cuda"] = torch.cuda
 sys.modules["torch.cuda.memory"] = torch.cuda.memory
 """
+
+
+def run_with_stand_in(source, **variables):
+    """Runs `source` after SOURCE in a fresh interpreter on sim (sim_support.run_script) and
+    returns the JSON value it printed last."""
+    return json.loads(run_script(SOURCE + source, **variables).strip().splitlines()[-1])
