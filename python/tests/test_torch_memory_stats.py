@@ -2,7 +2,8 @@
 PyTorch refuses them under any pluggable allocator: memory_allocated, max_memory_allocated,
 memory_reserved, max_memory_reserved and memory_stats give the device pool's figures, and
 reset_peak_memory_stats brings the peaks down to now (tidepool.reset_peak_stats), leaving the
-pool's growth budget alone (tested in C++ on sim, tests/core/pool_growth_test.cpp).
+pool's growth budget alone (tested in C++ on sim, tests/core/pool_growth_test.cpp), and
+reset_accumulated_memory_stats restarts the allocated and freed counts.
 
 These run over a stand-in `torch` module (torch_stand_in.py: PyTorch is not installed on the
 machines that run them), whose readers call memory_stats_as_nested_dict as PyTorch 2.11's do."""
@@ -40,6 +41,10 @@ result.update(max_allocated_after_reset=torch.cuda.max_memory_allocated(),
               max_reserved_after_reset=torch.cuda.memory.max_memory_reserved(),
               in_use_after_reset=after.in_use_bytes, mapped_after_reset=after.mapped_bytes,
               summary=torch.cuda.memory_summary())
+torch.cuda.reset_accumulated_memory_stats()
+_allocate.deallocate(_allocate.allocate(MiB))
+result["after_accumulated_reset"] = [torch.cuda.memory_stats()[f"allocation.all.{key}"]
+                                     for key in ("current", "allocated", "freed")]
 _allocate.deallocate(small)
 print(json.dumps(result))
 """)
@@ -55,6 +60,8 @@ print(json.dumps(result))
     assert r["max_allocated_after_reset"] == r["in_use_after_reset"] < 64 * MiB, r
     assert r["max_reserved_after_reset"] == r["mapped_after_reset"], r
     assert r["summary"].startswith("tidepool "), r
+    # Counts from the reset on (one allocation and its free since), what is live unchanged.
+    assert r["after_accumulated_reset"] == [1, 1, 1], r
 
 
 def test_a_device_that_does_not_exist_is_a_clear_error():

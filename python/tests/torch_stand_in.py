@@ -109,9 +109,12 @@ def reset_peak_memory_stats(device=None):
     _refused("resetPeakStats")
 def memory_summary(device=None, abbreviated=False):
     _refused("getDeviceStats")
+def reset_accumulated_memory_stats(device=None):
+    _refused("resetAccumulatedStats")
 for _name, _function in {
         "memory_stats_as_nested_dict": memory_stats_as_nested_dict, "memory_stats": memory_stats,
         "reset_peak_memory_stats": reset_peak_memory_stats, "memory_summary": memory_summary,
+        "reset_accumulated_memory_stats": reset_accumulated_memory_stats,
         "memory_allocated": lambda device=None: torch.cuda.memory.memory_stats(device).get(
             "allocated_bytes.all.current", 0),
         "max_memory_allocated": lambda device=None: torch.cuda.memory.memory_stats(device).get(

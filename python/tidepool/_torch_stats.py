@@ -7,8 +7,9 @@ reset_peak_memory_stats() raise, and a program that logs or plans its memory wit
 loops, a server sizing its cache after a profiling run) stops there. use() replaces the two calls
 the others go through: torch.cuda.memory.memory_stats_as_nested_dict (memory_stats and every
 *_memory_* reader call it) answers from the device's tidepool pool, and reset_peak_memory_stats
-resets that pool's reported peaks (tidepool.reset_peak_stats). torch.cuda.memory_summary() gives
-tidepool.summary().
+resets that pool's reported peaks (tidepool.reset_peak_stats); reset_accumulated_memory_stats
+restarts the allocated and freed counts PyTorch reports from now. torch.cuda.memory_summary()
+gives tidepool.summary().
 
 The figures, in PyTorch's names, under "all" (tidepool keeps no small and large pools apart):
 allocated_bytes (blocks in use, current and peak), requested_bytes (bytes asked for),
@@ -21,6 +22,10 @@ import functools
 
 from . import _stats
 
+# Per device, the pool's allocation and free counts when reset_accumulated_memory_stats last ran:
+# tidepool's counts are its whole life, PyTorch's restart at that call.
+_accumulated_since = {}
+
 
 def answer_memory_statistics(torch):
     """Installs the replacements in torch.cuda and torch.cuda.memory."""
@@ -30,11 +35,23 @@ def answer_memory_statistics(torch):
     def memory_stats_as_nested_dict(device=None):
         if not torch.cuda.is_initialized():
             return {}  # as PyTorch: nothing allocated yet, no device opened
-        return nested_stats(_stats.stats(device_index(torch, device)))
+        index = device_index(torch, device)
+        return nested_stats(_stats.stats(index), _accumulated_since.get(index, (0, 0)))
 
     @functools.wraps(memory.reset_peak_memory_stats)
     def reset_peak_memory_stats(device=None):
         _stats.reset_peak_stats(device_index(torch, device))
+
+    original_reset_accumulated = getattr(memory, "reset_accumulated_memory_stats", None)
+    if original_reset_accumulated is not None:
+        @functools.wraps(original_reset_accumulated)
+        def reset_accumulated_memory_stats(device=None):
+            index = device_index(torch, device)
+            stats = _stats.stats(index)
+            _accumulated_since[index] = (stats.allocations, stats.deallocations)
+
+        for namespace in (memory, torch.cuda):
+            namespace.reset_accumulated_memory_stats = reset_accumulated_memory_stats
 
     @functools.wraps(memory.memory_summary)
     def memory_summary(device=None, abbreviated=False):
@@ -46,16 +63,18 @@ def answer_memory_statistics(torch):
         namespace.memory_summary = memory_summary
 
 
-def nested_stats(stats):
-    """tidepool.Stats as torch.cuda.memory_stats_as_nested_dict's dict."""
+def nested_stats(stats, accumulated_since=(0, 0)):
+    """tidepool.Stats as torch.cuda.memory_stats_as_nested_dict's dict; the allocated and freed
+    counts from `accumulated_since` (the counts at the last reset_accumulated_memory_stats)."""
     return {
         "allocated_bytes": {"all": {"current": stats.in_use_bytes,
                                     "peak": stats.peak_in_use_bytes}},
         "requested_bytes": {"all": {"current": stats.requested_bytes,
                                     "peak": stats.peak_requested_bytes}},
         "reserved_bytes": {"all": {"current": stats.mapped_bytes, "peak": stats.peak_mapped_bytes}},
-        "allocation": {"all": {"current": stats.live_allocations, "allocated": stats.allocations,
-                               "freed": stats.deallocations}},
+        "allocation": {"all": {"current": stats.live_allocations,
+                               "allocated": stats.allocations - accumulated_since[0],
+                               "freed": stats.deallocations - accumulated_since[1]}},
     }
 
 

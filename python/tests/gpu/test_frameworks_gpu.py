@@ -87,6 +87,7 @@ def test_torch_memory_statistics_answer_from_tidepool():
     assert 576 * MiB <= r["requested_peak"] < 600 * MiB, r
     assert r["max_allocated_after_reset"] == r["in_use_after_reset"] < 576 * MiB, r
     assert r["summary_first_line"].startswith("tidepool "), r
+    assert r["counts_after_accumulated_reset"] == [1, 1, 1], r
 
 
 def test_cupy_fft_and_elementwise_are_bit_identical_with_tidepool():

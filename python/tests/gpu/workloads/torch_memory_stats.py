@@ -1,7 +1,7 @@
 """torch.cuda's memory statistics under tidepool.torch.use(), which PyTorch refuses under any
 pluggable allocator ("does not yet support getDeviceStats"): memory_allocated, max_memory_allocated,
-memory_reserved, memory_stats and reset_peak_memory_stats answer from tidepool's pool of the
-device. Prints what they said beside tidepool.stats() as JSON."""
+memory_reserved, memory_stats, reset_peak_memory_stats and reset_accumulated_memory_stats
+answer from tidepool's pool of the device. Prints what they said beside tidepool.stats() as JSON."""
 
 import torch
 
@@ -22,5 +22,10 @@ torch.cuda.reset_peak_memory_stats()
 result["max_allocated_after_reset"] = torch.cuda.max_memory_allocated()
 result["in_use_after_reset"] = tidepool.stats().in_use_bytes
 result["summary_first_line"] = torch.cuda.memory_summary().splitlines()[0]
+torch.cuda.reset_accumulated_memory_stats()
+torch.empty(MiB, dtype=torch.uint8, device="cuda")  # one allocation, freed at once
+flat = torch.cuda.memory_stats()
+result["counts_after_accumulated_reset"] = [flat[f"allocation.all.{key}"]
+                                            for key in ("current", "allocated", "freed")]
 del kept
 emit(result)
