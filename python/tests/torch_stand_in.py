@@ -6,8 +6,8 @@ torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: 
 `triton.cudagraph_trees` setting; torch.backends.cudnn's benchmark flag, its module made when
 the script calls import_cudnn(); a Tensor over a given pointer, with record_stream, beside a Stream
 over a given handle; torch.cuda.memory's statistics, whose C++ calls refuse pluggable allocators,
-its per-process memory fraction, which they drop, its history and snapshots, refused, and
-UntypedStorage._share_cuda_, refused). `SOURCE` is prepended to a script run in a fresh interpreter
+its per-process memory fraction, which they drop, its history and snapshots, refused,
+UntypedStorage._share_cuda_, refused, and use_mem_pool). `SOURCE` is prepended to a script run in a fresh interpreter
 (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu).
 run_with_stand_in() runs a script after it and returns the JSON the script printed last."""
@@ -172,6 +172,16 @@ class UntypedStorage:
         raise RuntimeError("CUDAPluggableAllocator does not yet support shareIPcHandle. If you "
                            "need it, please file an issue describing your use case.")
 torch.UntypedStorage = UntypedStorage
+# torch.cuda.use_mem_pool as PyTorch 2.11 has it: a context manager over a MemPool (recorded in
+# `pools_used`; a MemPool cannot be made under a pluggable allocator, so any pool will do here).
+import contextlib
+pools_used = []
+@contextlib.contextmanager
+def use_mem_pool(pool, device=None):
+    pools_used.append(pool)
+    yield
+torch.cuda.memory.use_mem_pool = use_mem_pool
+torch.cuda.use_mem_pool = use_mem_pool
 class device:  # torch.device over "cuda" or "cuda:N"
     def __init__(self, spec):
         kind, _, index = str(spec).partition(":")

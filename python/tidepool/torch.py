@@ -67,13 +67,16 @@ does) uses a MemPool over one tag instead:
 PyTorch's pluggable allocator passes no tag to its alloc function, so each tag has an entry point
 of its own (tidepool_torch_alloc_tag<N>): at most 16 tags can have a MemPool in one process.
 PyTorch's caching allocator keeps the MemPool's segments (its own cache) inside the tag's memory,
-so they sleep and wake with it.
+so they sleep and wake with it. The same code runs after use(), where PyTorch makes no MemPool:
+mem_pool(tag) is then a TagMemPool, and torch.cuda.use_mem_pool given one enters
+tidepool.region(tag) (this thread's allocations inside come from the tag's memory).
 """
 
 import functools
 
 from . import (_allocate, _errors, _frameworks, _library, _release, _torch_cudnn, _torch_graphs,
-               _torch_ipc, _torch_memory_fraction, _torch_memory_history, _torch_stats)
+               _torch_ipc, _torch_mem_pools, _torch_memory_fraction, _torch_memory_history,
+               _torch_stats)
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -108,6 +111,7 @@ def use():
     _torch_memory_fraction.follow_memory_fraction(torch)
     _torch_memory_history.answer_memory_history(torch)
     _torch_ipc.refuse_cuda_ipc_clearly(torch)
+    _torch_mem_pools.route_tag_pools(torch)
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:
         _torch_graphs.follow_graph_pools(graph_class)
@@ -179,12 +183,17 @@ def graph_pool_of(handle):
 
 
 def mem_pool(tag):
-    """A torch.cuda.MemPool whose segments are tag `tag`'s memory, for torch.cuda.use_mem_pool.
-    Works whether or not use() routed PyTorch's default allocations to tidepool."""
+    """Tag `tag`'s memory for torch.cuda.use_mem_pool: where use() did not route PyTorch to
+    tidepool, a torch.cuda.MemPool whose segments are the tag's memory; after use(), where PyTorch
+    makes no MemPool, a TagMemPool that use()'s torch.cuda.use_mem_pool turns into
+    tidepool.region(tag) (_torch_mem_pools.py)."""
     import torch
 
     from . import _tags
 
+    if is_used():
+        _tags.tag_id(tag)  # checks the name
+        return _torch_mem_pools.TagMemPool(tag)
     slot = _tags.tag_id(tag)
     if slot >= TAG_SLOTS:
         raise _errors.TidepoolError(

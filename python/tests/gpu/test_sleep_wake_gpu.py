@@ -1,7 +1,8 @@
 """Sleep and wake on a real GPU (issue 13): a model's weights, gradients and AdamW state slept
 (contents kept) and woken between training steps give bit-identical losses and weights to runs
 without sleep; NVML shows the memory gone while asleep; a CUDA graph captured over a tag's tensors
-(a torch.cuda.MemPool over tidepool) replays correctly after wake."""
+(a torch.cuda.MemPool over tidepool) replays correctly after wake; the same MemPool route runs
+unchanged after tidepool.torch.use()."""
 
 from gpu_support import require, run_workload
 
@@ -41,3 +42,11 @@ def test_cuda_graph_captured_before_sleep_replays_after_wake():
     assert r["replay_matches_eager"]
     assert r["replay_after_wake_same"]
     assert r["replay_new_input_matches_eager"]
+
+
+def test_the_mem_pool_route_to_a_tag_runs_unchanged_after_use():
+    require("torch", "pynvml")
+    r = run_workload("tag_mem_pool_under_use.py")
+    assert r["tag_in_use"] >= 64 * MiB and r["untagged_in_use"] < 64 * MiB, r
+    assert r["slept"] >= 64 * MiB and r["nvml_drop"] >= 64 * MiB - NVML_SLACK, r
+    assert r["contents_back"] and r["outside_intact"] == MiB, r
