@@ -168,26 +168,39 @@ void set_default_pool_options(const pool_options& options) {
   state.options = options;
 }
 
+// A device's cap goes to its pool, or waits in the process state for the pool to be made. The
+// pool's lock is never taken under the process's mutex here: pools live as long as the process.
 void set_device_byte_cap(int device, std::size_t bytes) {
-  if (pool* p = detail::find_pool(device)) return p->set_byte_cap(bytes);
-  const auto drv = default_driver();  // before the lock: it takes it
-  detail::check_device(*drv, device);
-  auto& state = detail::process();
-  std::lock_guard lock(state.mutex);
-  // The pool may have been made meanwhile; under the lock it is either published or not yet made.
-  if (pool* p = detail::find_pool(device)) return p->set_byte_cap(bytes);
-  state.device_byte_caps[device] = bytes;
+  pool* made = detail::find_pool(device);
+  if (made == nullptr) {
+    const auto drv = default_driver();  // before the lock: it takes it
+    detail::check_device(*drv, device);
+    auto& state = detail::process();
+    std::lock_guard lock(state.mutex);
+    // Under the lock the pool is either published already or made later with this cap.
+    made = detail::find_pool(device);
+    if (made == nullptr) {
+      state.device_byte_caps[device] = bytes;
+      return;
+    }
+  }
+  made->set_byte_cap(bytes);
 }
 
 std::size_t device_byte_cap(int device) {
-  if (pool* p = detail::find_pool(device)) return p->byte_cap();
-  const auto drv = default_driver();
-  detail::check_device(*drv, device);
-  auto& state = detail::process();
-  std::lock_guard lock(state.mutex);
-  if (pool* p = detail::find_pool(device)) return p->byte_cap();
-  auto cap = state.device_byte_caps.find(device);
-  return cap != state.device_byte_caps.end() ? cap->second : state.options.byte_cap;
+  pool* made = detail::find_pool(device);
+  if (made == nullptr) {
+    const auto drv = default_driver();
+    detail::check_device(*drv, device);
+    auto& state = detail::process();
+    std::lock_guard lock(state.mutex);
+    made = detail::find_pool(device);
+    if (made == nullptr) {
+      auto cap = state.device_byte_caps.find(device);
+      return cap != state.device_byte_caps.end() ? cap->second : state.options.byte_cap;
+    }
+  }
+  return made->byte_cap();
 }
 
 }  // namespace tidepool
