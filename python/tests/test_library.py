@@ -14,7 +14,8 @@ C_API_SYMBOLS = [
     "tidepool_record_stream", "tidepool_set_current_stream", "tidepool_get_current_stream",
     "tidepool_torch_alloc", "tidepool_torch_free", "tidepool_cupy_malloc", "tidepool_cupy_free",
     "tidepool_stats", "tidepool_reset_peak_stats", "tidepool_release", "tidepool_release_cached_memory",
-    "tidepool_available_bytes", "tidepool_set_byte_cap", "tidepool_byte_cap", "tidepool_add_reclaim_hook", "tidepool_remove_reclaim_hook",
+    "tidepool_available_bytes", "tidepool_set_byte_cap", "tidepool_byte_cap",
+    "tidepool_add_reclaim_hook", "tidepool_remove_reclaim_hook",
     "tidepool_set_default_pool_options", "tidepool_get_default_pool_options",
 ]
 

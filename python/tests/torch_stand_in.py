@@ -7,8 +7,8 @@ torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: 
 the script calls import_cudnn(); a Tensor over a given pointer, with record_stream, beside a Stream
 over a given handle; torch.cuda.memory's statistics, whose C++ calls refuse pluggable allocators,
 its per-process memory fraction, which they drop, its history and snapshots, refused,
-UntypedStorage._share_cuda_, refused, and use_mem_pool). `SOURCE` is prepended to a script run in a fresh interpreter
-(sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
+UntypedStorage._share_cuda_, refused, and use_mem_pool). `SOURCE` is prepended to a script run in
+a fresh interpreter (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu).
 run_with_stand_in() runs a script after it and returns the JSON the script printed last."""
 
@@ -137,8 +137,9 @@ def set_per_process_memory_fraction(fraction, device=None):
     fractions_to_pytorch.append(fraction)
 def get_per_process_memory_fraction(device=None):
     _refused("getMemoryFraction")
-for _name, _function in {"set_per_process_memory_fraction": set_per_process_memory_fraction,
-                         "get_per_process_memory_fraction": get_per_process_memory_fraction}.items():
+for _name, _function in {
+        "set_per_process_memory_fraction": set_per_process_memory_fraction,
+        "get_per_process_memory_fraction": get_per_process_memory_fraction}.items():
     setattr(torch.cuda.memory, _name, _function)
     setattr(torch.cuda, _name, _function)
 # torch.cuda.memory's history and snapshots as PyTorch 2.11 has them: their C++ calls refuse a

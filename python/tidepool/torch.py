@@ -14,17 +14,18 @@ PyTorch's, which reaches no pluggable allocator. Tensor.record_stream(stream) re
 queued on `stream` ahead of its free has completed. PyTorch's C++ callers of the allocator's
 recordStream (none by default: NCCL's process groups keep tensors alive instead) still reach no
 pluggable allocator. torch.cuda.memory_allocated(), max_memory_allocated(), memory_reserved(),
-memory_stats() and reset_peak_memory_stats(), which PyTorch refuses under any pluggable
-allocator, answer from the device's tidepool pool (_torch_stats.py: allocated, requested and
-reserved bytes, current and peak, and allocation counts; memory_summary() is tidepool.summary());
-torch.cuda.set_per_process_memory_fraction(), which the pluggable interface drops, caps the
-device's pool (tidepool.set_byte_cap), and get_per_process_memory_fraction() reads it back
-(_torch_memory_fraction.py). torch.cuda.memory._record_memory_history(), _snapshot(),
-_dump_snapshot() and torch.cuda.memory_snapshot(), refused too, record and snapshot tidepool's
-memory for pytorch.org/memory_viz (_torch_memory_history.py). cuDNN's benchmark mode, which asks the allocator a question PyTorch
-refuses for pluggable allocators, is kept off with one warning (_torch_cudnn.py). Sending a CUDA
-tensor to another process (torch.multiprocessing, CUDA IPC) is refused with an error saying why
-(_torch_ipc.py).
+memory_stats(), reset_peak_memory_stats() and reset_accumulated_memory_stats(), which PyTorch
+refuses under any pluggable allocator, answer from the device's tidepool pool (_torch_stats.py:
+allocated, requested and reserved bytes, current and peak, and allocation counts;
+memory_summary() is tidepool.summary()); torch.cuda.set_per_process_memory_fraction(), which the
+pluggable interface drops, caps the device's pool (tidepool.set_byte_cap), and
+get_per_process_memory_fraction() reads it back (_torch_memory_fraction.py).
+torch.cuda.memory._record_memory_history(), _snapshot(), _dump_snapshot() and
+torch.cuda.memory_snapshot(), refused too, record and snapshot tidepool's memory for
+pytorch.org/memory_viz (_torch_memory_history.py). cuDNN's benchmark mode, which asks the
+allocator a question PyTorch refuses for pluggable allocators, is kept off with one warning
+(_torch_cudnn.py). Sending a CUDA tensor to another process (torch.multiprocessing, CUDA IPC) is
+refused with an error saying why (_torch_ipc.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 

@@ -104,7 +104,8 @@ tidepool_status tidepool_set_byte_cap(int device, uint64_t bytes) {
   using namespace tidepool::detail;
   return guarded([&] {
     check_bytes("tidepool_set_byte_cap's bytes", bytes, true);
-    tidepool::set_device_byte_cap(device, bytes == UINT64_MAX ? SIZE_MAX : static_cast<std::size_t>(bytes));
+    const std::size_t cap = bytes == UINT64_MAX ? SIZE_MAX : static_cast<std::size_t>(bytes);
+    tidepool::set_device_byte_cap(device, cap);
   });
 }
 

@@ -20,4 +20,5 @@ asleep = torch_memory().bytes()
 tidepool.wake("kv-cache")
 emit({"tag_in_use": tagged.in_use_bytes, "untagged_in_use": tidepool.stats().in_use_bytes,
       "slept": slept, "nvml_drop": before - asleep,
-      "contents_back": bool((cache == 3.0).all().item()), "outside_intact": int(outside.sum().item())})
+      "contents_back": bool((cache == 3.0).all().item()),
+      "outside_intact": int(outside.sum().item())})
