@@ -364,8 +364,9 @@ typedef enum tidepool_sleep_keep {
 } tidepool_sleep_keep;
 
 /* CUDA graph captures that share memory (tidepool/graph_pool.hpp), as PyTorch's
- * torch.cuda.graph(pool=...): a capture joins the graph pool current on the thread that makes its
- * first allocation on a stream (else the default one); captures of one graph pool share what they
+ * torch.cuda.graph(pool=...): a capture joins the graph pool given to it
+ * (tidepool_set_capture_graph_pool), else the one current on the thread that makes its first
+ * allocation on a stream, else the default one; captures of one graph pool share what they
  * free, kept until all their graphs are gone. Safe for graphs replayed one after another, never
  * two at once.
  *
@@ -388,6 +389,16 @@ TIDEPOOL_API tidepool_status tidepool_current_graph_pool(uint64_t* id);
 TIDEPOOL_API tidepool_status tidepool_set_default_graph_pool(uint64_t id, uint64_t* previous);
 /** The default graph pool (0: none). */
 TIDEPOOL_API tidepool_status tidepool_default_graph_pool(uint64_t* id);
+/** Makes the capture running on `stream` of `device` join graph pool `id` for every allocation it
+ *  makes, on whatever thread, ahead of the thread's current and the default graph pool: exact
+ *  where captures on several threads overlap. The capture's id (the driver's, the same on every
+ *  stream joined to it) goes to `*capture_id` unless NULL: hand it to
+ *  tidepool_forget_capture_graph_pool once the capture ended. TIDEPOOL_INVALID_STREAM when
+ *  `stream` is not being captured, TIDEPOOL_INVALID_ARGUMENT for an id never made. */
+TIDEPOOL_API tidepool_status tidepool_set_capture_graph_pool(int device, tidepool_stream_t stream, uint64_t id,
+                                                            uint64_t* capture_id);
+/** Forgets the graph pool given to capture `capture_id` (nothing happens for one not given any). */
+TIDEPOOL_API tidepool_status tidepool_forget_capture_graph_pool(uint64_t capture_id);
 
 /** Makes `tag` (1-64 printable characters) the calling thread's current tag; tags nest. */
 TIDEPOOL_API tidepool_status tidepool_push_tag(const char* tag);

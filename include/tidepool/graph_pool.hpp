@@ -17,10 +17,12 @@
 //     cudaStreamEndCapture(stream, &graphs[batch]);
 //   }
 //
-// A capture joins the graph pool current on the thread that makes its first allocation on a
-// stream, else the process's default graph pool (set_default_graph_pool: for threads the program
-// does not run, such as PyTorch's autograd threads, which run a captured backward pass); the
-// choice holds for the rest of that capture on that stream. Ids are process-wide: one id serves
+// A capture joins the graph pool given to it (set_capture_graph_pool), else the one current on the
+// thread that makes its first allocation on a stream, else the process's default graph pool
+// (set_default_graph_pool: for threads the program does not run, such as PyTorch's autograd
+// threads, which run a captured backward pass); the choice holds for the rest of that capture on
+// that stream. Giving the capture its pool is exact where captures on several threads overlap: a
+// default serves one of them only. Ids are process-wide: one id serves
 // the pools of every device (each keeps its own memory for it).
 #pragma once
 
@@ -50,6 +52,17 @@ TIDEPOOL_API std::uint64_t default_graph_pool() noexcept;
 /// none current, and returns the one it replaces. Throws tidepool::error (invalid_argument) for
 /// an id that new_graph_pool never gave out, leaving the default as it was.
 TIDEPOOL_API std::uint64_t set_default_graph_pool(std::uint64_t id);
+
+/// Makes every allocation of capture `capture_id` (the driver's number of a stream capture, the
+/// same on every stream joined to it: C's tidepool_set_capture_graph_pool finds it from a stream)
+/// join graph pool `id`, whatever thread makes it, ahead of the thread's current and the default
+/// graph pool; 0 forgets the capture (do so once it ended: ids are not reused, entries are kept
+/// until then). Throws tidepool::error (invalid_argument) for capture id 0 or an id that
+/// new_graph_pool never gave out, changing nothing.
+TIDEPOOL_API void set_capture_graph_pool(std::uint64_t capture_id, std::uint64_t id);
+
+/// The graph pool given to capture `capture_id` (0: none).
+[[nodiscard]] TIDEPOOL_API std::uint64_t capture_graph_pool(std::uint64_t capture_id) noexcept;
 
 /// Makes a graph pool current on the calling thread for the scope's life, then restores the one
 /// it replaced. Scopes nest.

@@ -1,8 +1,9 @@
 """tidepool.GraphPool: entering one makes it this thread's current graph pool and leaving restores
 the one before (nested, on several threads, after an exception); with all_threads=True it is also
-every other thread's while entered; ids are distinct. That captures under one share their memory
-is tested in C++ on sim (tests/core/pool_graph_pool_test.cpp) and through PyTorch on the GPU
-(gpu/test_graph_capture_gpu.py)."""
+every other thread's while entered; ids are distinct; a pool is given only to a stream being
+captured. That captures under one share their memory is tested in C++ on sim
+(tests/core/pool_graph_pool_test.cpp, tests/capi/capi_graph_pools_test.cpp) and through PyTorch
+on the GPU (gpu/test_graph_capture_gpu.py)."""
 
 import threading
 
@@ -88,3 +89,14 @@ def test_all_threads_makes_it_every_threads_while_entered(tp, lib):
     default = ctypes.c_uint64(7)
     assert lib.tidepool_default_graph_pool(ctypes.byref(default)) == 0
     assert default.value == 0
+
+
+def test_giving_a_pool_to_a_stream_not_being_captured_is_refused(tp):
+    from tidepool import _graph_pools
+
+    pool = tp.GraphPool()
+    with pytest.raises(tp.TidepoolError) as refused:
+        _graph_pools.give_capture(0, 0, pool.id)
+    assert refused.value.name == "TIDEPOOL_INVALID_STREAM"
+    assert "not being captured" in str(refused.value)
+    _graph_pools.forget_capture(12345)  # a capture never given a pool: nothing to forget

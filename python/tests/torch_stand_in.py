@@ -191,6 +191,7 @@ torch.device = device
 torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(total_memory=1 << 30)
 torch.cuda.is_initialized = lambda: True
 torch.cuda.current_device = lambda: 0
+torch.cuda.current_stream = lambda device=None: Stream(0)  # the default stream: sim captures none
 torch.cuda.Stream = Stream
 torch.Stream = GenericStream
 torch.cuda.memory.CUDAPluggableAllocator = CUDAPluggableAllocator

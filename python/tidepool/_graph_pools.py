@@ -86,3 +86,20 @@ def default_graph_pool():
     current = ctypes.c_uint64(0)
     _library.check(_library.load().tidepool_default_graph_pool(ctypes.byref(current)))
     return current.value
+
+
+def give_capture(device, stream, graph_pool_id):
+    """Makes the capture running on `stream` (a cudaStream_t as an int) of `device` join graph
+    pool `graph_pool_id` for every allocation it makes, on whatever thread
+    (tidepool_set_capture_graph_pool). Returns the capture's id, for forget_capture; raises
+    TidepoolError (TIDEPOOL_INVALID_STREAM) when the stream is not being captured."""
+    capture = ctypes.c_uint64(0)
+    _library.check(_library.load().tidepool_set_capture_graph_pool(
+        device, stream, graph_pool_id, ctypes.byref(capture)))
+    return capture.value
+
+
+def forget_capture(capture_id):
+    """Forgets the graph pool given to capture `capture_id` (give_capture)."""
+    _library.check(_library.load().tidepool_forget_capture_graph_pool(capture_id))
+

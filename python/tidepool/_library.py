@@ -192,6 +192,9 @@ _PROTOTYPES = {
     "tidepool_current_graph_pool": (_status, [ctypes.POINTER(ctypes.c_uint64)]),
     "tidepool_set_default_graph_pool": (_status, [ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)]),
     "tidepool_default_graph_pool": (_status, [ctypes.POINTER(ctypes.c_uint64)]),
+    "tidepool_set_capture_graph_pool": (_status, [ctypes.c_int, c_stream, ctypes.c_uint64,
+                                                  ctypes.POINTER(ctypes.c_uint64)]),
+    "tidepool_forget_capture_graph_pool": (_status, [ctypes.c_uint64]),
 }
 
 _lock = threading.RLock()

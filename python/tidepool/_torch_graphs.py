@@ -13,6 +13,10 @@ the capture ends its CUDAGraph.pool() is mapped to that graph pool too, so a lat
 
 The graph pool is entered for all threads (GraphPool(all_threads=True)) after PyTorch began the
 capture, and left once it ended: a captured backward pass allocates on PyTorch's autograd thread.
+It is also given to the capture itself (tidepool_set_capture_graph_pool on the capture's stream),
+which wins over any thread's pool, so captures overlapping on several threads each keep their own
+whichever thread allocates; the all-threads default is the fallback where the driver names no
+capture.
 A graph pool the program entered itself wins: on this thread, or as the default of every thread
 (tidepool.GraphPool(all_threads=True) around the capture), nothing is entered here.
 """
@@ -23,7 +27,7 @@ import importlib.util
 import sys
 import threading
 
-from . import _graph_pools
+from . import _errors, _graph_pools
 
 _lock = threading.Lock()
 # PyTorch pool handle (a tuple of ints) -> the GraphPool that stands for it.
@@ -53,14 +57,18 @@ def follow_graph_pools(graph_class):
             leave(self, type(error), error, error.__traceback__)  # ends the capture begun above
             raise
         self._tidepool_graph_pool = graph_pool
+        self._tidepool_capture = _give_capture(graph_pool)
         return entered
 
     @functools.wraps(leave)
     def __exit__(self, *exc):
         graph_pool = self.__dict__.pop("_tidepool_graph_pool", None)
+        capture = self.__dict__.pop("_tidepool_capture", 0)
         try:
             suppressed = leave(self, *exc)  # ends the capture
         finally:
+            if capture:
+                _graph_pools.forget_capture(capture)
             if graph_pool is not None:
                 graph_pool.__exit__(None, None, None)
         if graph_pool is not None and not getattr(self, "pool", ()) and exc[0] is None:
@@ -148,6 +156,23 @@ def _graph_pool_to_enter(pool_arguments):
         if graph_pool is None:
             graph_pool = _graph_pools_by_handle[key] = _new_graph_pool()
         return graph_pool
+
+
+def _give_capture(graph_pool):
+    """Gives the capture just begun on the current stream `graph_pool` itself, so that all its
+    allocations join it whatever thread makes them: the all-threads default entered with it
+    serves only one of several captures overlapping on several threads. Returns the capture's id,
+    or 0 where there is no pool to give or the driver names no capture on the stream (the
+    thread's and the default pool still apply then)."""
+    if graph_pool is None:
+        return 0
+    import torch
+
+    try:
+        return _graph_pools.give_capture(torch.cuda.current_device(),
+                                         torch.cuda.current_stream().cuda_stream, graph_pool.id)
+    except _errors.TidepoolError:
+        return 0
 
 
 def _map_private_pool(cuda_graph, graph_pool):

@@ -15,8 +15,9 @@
 // This is what PyTorch's allocator does with a graph's private pool, which PyTorch's pluggable
 // allocator interface does not pass on (tidepool.torch.use()).
 //
-// Captures made under a graph pool (tidepool/graph_pool.hpp; the thread's current one when a
-// capture first allocates on a stream, else the process's default) share one state per stream
+// Captures made under a graph pool (tidepool/graph_pool.hpp; the one given to the capture itself,
+// else the thread's current one when a capture first allocates on a stream, else the process's
+// default) share one state per stream
 // instead, as PyTorch's captures given one `pool=` share its memory: one capture's frees serve
 // the next, and the state is kept while any of their graphs lives.
 #include "core/graph_capture.hpp"
@@ -24,6 +25,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 
 #include "core/pool_impl.hpp"
 #include "tidepool/errors.hpp"
@@ -35,6 +38,16 @@ namespace {
 std::atomic<std::uint64_t> graph_pools_made{0};
 std::atomic<std::uint64_t> default_graph_pool_id{0};
 thread_local std::uint64_t current_graph_pool_id = 0;
+
+// Captures given a graph pool of their own (set_capture_graph_pool): capture id -> graph pool id.
+// Read at a capture's first allocation on a stream, a slow path; `capture_pools_count` spares
+// programs that never call it the mutex.
+std::mutex capture_pools_mutex;
+std::atomic<std::size_t> capture_pools_count{0};
+std::unordered_map<std::uint64_t, std::uint64_t>& capture_pools() {
+  static auto* const pools = new std::unordered_map<std::uint64_t, std::uint64_t>();  // leaked: read
+  return *pools;                                                                       // at exit
+}
 
 void check_made(std::uint64_t id) {
   if (id > graph_pools_made.load(std::memory_order_relaxed)) {
@@ -69,13 +82,34 @@ std::uint64_t set_default_graph_pool(std::uint64_t id) {
   return default_graph_pool_id.exchange(id, std::memory_order_acq_rel);
 }
 
+void set_capture_graph_pool(std::uint64_t capture_id, std::uint64_t id) {
+  check_made(id);
+  if (capture_id == 0) throw error(error_code::invalid_argument, "capture id 0 names no capture");
+  std::lock_guard guard(capture_pools_mutex);
+  auto& pools = capture_pools();
+  if (id == 0) {
+    pools.erase(capture_id);
+  } else {
+    pools[capture_id] = id;
+  }
+  capture_pools_count.store(pools.size(), std::memory_order_release);
+}
+
+std::uint64_t capture_graph_pool(std::uint64_t capture_id) noexcept {
+  if (capture_pools_count.load(std::memory_order_acquire) == 0) return 0;
+  std::lock_guard guard(capture_pools_mutex);
+  const auto& pools = capture_pools();
+  const auto found = pools.find(capture_id);
+  return found != pools.end() ? found->second : 0;
+}
+
 }  // namespace tidepool
 
 namespace tidepool::detail {
 
-std::uint64_t current_graph_pool_key() noexcept {
-  const std::uint64_t id =
-      current_graph_pool_id != 0 ? current_graph_pool_id : default_graph_pool();
+std::uint64_t graph_pool_key_for(std::uint64_t capture_id) noexcept {
+  std::uint64_t id = capture_graph_pool(capture_id);
+  if (id == 0) id = current_graph_pool_id != 0 ? current_graph_pool_id : default_graph_pool();
   return id == 0 ? 0 : graph_pool_key(id);
 }
 
@@ -87,7 +121,7 @@ bool pool_impl::captured_now(stream_t stream, stream_capture& capture) {
 stream_state& pool_impl::capture_state(stream_t stream, const stream_capture& capture) {
   if (stream_state* s = streams_.find_capture(capture.id, stream)) return *s;
   // First allocation of this capture on this stream: its own state, or its graph pool's.
-  const std::uint64_t shared = current_graph_pool_key();
+  const std::uint64_t shared = graph_pool_key_for(capture.id);
   stream_state* s = shared != 0 ? streams_.find_capture(shared, stream) : nullptr;
   if (s == nullptr) {
     // No device check here: the driver refuses to say a captured stream's device, and the

@@ -42,8 +42,9 @@ constexpr std::uint64_t graph_pool_key(std::uint64_t id) noexcept {
   return id | (std::uint64_t{1} << 63);
 }
 
-/// The key of the graph pool current on the calling thread (tidepool::current_graph_pool), else
-/// of the default one (tidepool::default_graph_pool), or 0.
-[[nodiscard]] std::uint64_t current_graph_pool_key() noexcept;
+/// The key of the graph pool capture `capture_id` joins at an allocation the calling thread makes:
+/// the one given to the capture (tidepool::set_capture_graph_pool), else the thread's current one
+/// (tidepool::current_graph_pool), else the default one (tidepool::default_graph_pool), or 0.
+[[nodiscard]] std::uint64_t graph_pool_key_for(std::uint64_t capture_id) noexcept;
 
 }  // namespace tidepool::detail
