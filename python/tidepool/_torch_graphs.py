@@ -49,15 +49,21 @@ def follow_graph_pools(graph_class):
     def __enter__(self):
         entered = enter(self)  # synchronizes, empties the cache and begins the capture
         pool_arguments = tuple(getattr(self, "pool", ()) or ())
+        capture = 0
         try:
             graph_pool = _graph_pool_to_enter(pool_arguments)
             if graph_pool is not None:
                 graph_pool.__enter__()
+                try:
+                    capture = _give_capture(graph_pool)
+                except BaseException:
+                    graph_pool.__exit__(None, None, None)
+                    raise
         except BaseException as error:
             leave(self, type(error), error, error.__traceback__)  # ends the capture begun above
             raise
         self._tidepool_graph_pool = graph_pool
-        self._tidepool_capture = _give_capture(graph_pool)
+        self._tidepool_capture = capture
         return entered
 
     @functools.wraps(leave)
@@ -162,10 +168,8 @@ def _give_capture(graph_pool):
     """Gives the capture just begun on the current stream `graph_pool` itself, so that all its
     allocations join it whatever thread makes them: the all-threads default entered with it
     serves only one of several captures overlapping on several threads. Returns the capture's id,
-    or 0 where there is no pool to give or the driver names no capture on the stream (the
-    thread's and the default pool still apply then)."""
-    if graph_pool is None:
-        return 0
+    or 0 where the driver names no capture on the stream (the thread's and the default pool still
+    apply then)."""
     import torch
 
     try:

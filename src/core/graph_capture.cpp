@@ -17,9 +17,9 @@
 //
 // Captures made under a graph pool (tidepool/graph_pool.hpp; the one given to the capture itself,
 // else the thread's current one when a capture first allocates on a stream, else the process's
-// default) share one state per stream
-// instead, as PyTorch's captures given one `pool=` share its memory: one capture's frees serve
-// the next, and the state is kept while any of their graphs lives.
+// default) share one state per stream instead, as PyTorch's captures given one `pool=` share its
+// memory: one capture's frees serve the next, and the state is kept while any of their graphs
+// lives.
 #include "core/graph_capture.hpp"
 
 #include <fmt/format.h>
@@ -44,9 +44,10 @@ thread_local std::uint64_t current_graph_pool_id = 0;
 // programs that never call it the mutex.
 std::mutex capture_pools_mutex;
 std::atomic<std::size_t> capture_pools_count{0};
+// Leaked: allocations may still be made while the process exits.
 std::unordered_map<std::uint64_t, std::uint64_t>& capture_pools() {
-  static auto* const pools = new std::unordered_map<std::uint64_t, std::uint64_t>();  // leaked: read
-  return *pools;                                                                       // at exit
+  static auto* const pools = new std::unordered_map<std::uint64_t, std::uint64_t>();
+  return *pools;
 }
 
 void check_made(std::uint64_t id) {
