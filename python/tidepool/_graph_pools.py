@@ -14,8 +14,9 @@ entered wins).
             outputs[batch] = model(inputs[batch])
 
 As with PyTorch's shared pools, replay the graphs of one pool one after another (one stream's
-order), never two at once. A capture joins the graph pool current on the thread that makes its
-first allocation on a stream. A captured backward pass (torch.cuda.make_graphed_callables, or
+order), never two at once. A capture joins the graph pool given to it (give_capture, which the
+torch.cuda.graph wrapper calls), else the one current on the thread that makes its first
+allocation on a stream. A captured backward pass (torch.cuda.make_graphed_callables, or
 torch.autograd.grad inside a capture) allocates on PyTorch's autograd threads: a pool entered by
 hand must be every thread's, GraphPool(all_threads=True), as tidepool.region(tag,
 all_threads=True) does for tags (the pools torch.cuda.graph enters after use() are).
