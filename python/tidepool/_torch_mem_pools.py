@@ -11,9 +11,7 @@ pool, as PyTorch's use_mem_pool routes the calling thread's allocations. A progr
 use(). Any other pool goes to PyTorch's use_mem_pool (and a MemPool stays refused under use()).
 """
 
-import functools
-
-from . import _tags
+from . import _tags, _torch_replace
 
 
 class TagMemPool:
@@ -28,17 +26,13 @@ class TagMemPool:
 
 def route_tag_pools(torch):
     """Wraps torch.cuda.use_mem_pool (in torch.cuda.memory and torch.cuda) to take TagMemPools."""
-    memory = torch.cuda.memory
-    original = getattr(memory, "use_mem_pool", None)
-    if original is None:
-        return
 
-    @functools.wraps(original)
-    def use_mem_pool(pool, *args, **kwargs):
-        if isinstance(pool, TagMemPool):
-            return _tags.region(pool.tag)
-        return original(pool, *args, **kwargs)
+    def taking_tag_pools(original):
+        def use_mem_pool(pool, *args, **kwargs):
+            if isinstance(pool, TagMemPool):
+                return _tags.region(pool.tag)
+            return original(pool, *args, **kwargs)
 
-    memory.use_mem_pool = use_mem_pool
-    if getattr(torch.cuda, "use_mem_pool", None) is original:
-        torch.cuda.use_mem_pool = use_mem_pool
+        return use_mem_pool
+
+    _torch_replace.replace_memory_call(torch, "use_mem_pool", taking_tag_pools)

@@ -13,10 +13,9 @@ PyTorch's expandable segments, the ring's events as device_traces; frames empty,
 keeps no stack traces; the ring holds 100,000 events per device whatever max_entries says).
 """
 
-import functools
 import os
 
-from . import _memory
+from . import _memory, _torch_replace
 
 # Whether the running recording is one _record_memory_history started (and may stop).
 _started_by_history = [False]
@@ -25,17 +24,6 @@ _started_by_history = [False]
 def answer_memory_history(torch):
     """Installs the replacements in torch.cuda.memory (and torch.cuda, where PyTorch has the name
     there too)."""
-    memory = torch.cuda.memory
-
-    def replace(name, replacement):
-        original = getattr(memory, name, None)
-        if original is None:
-            return
-        replacement = functools.wraps(original)(replacement)
-        setattr(memory, name, replacement)
-        if getattr(torch.cuda, name, None) is original:
-            setattr(torch.cuda, name, replacement)
-
     def record_memory_history(enabled="all", *args, **kwargs):
         if enabled is None or enabled is False:
             if _started_by_history[0]:
@@ -52,6 +40,7 @@ def answer_memory_history(torch):
     def memory_snapshot(*args, **kwargs):
         return _memory.memory_snapshot()["segments"]
 
-    replace("_record_memory_history", record_memory_history)
-    replace("_snapshot", snapshot)
-    replace("memory_snapshot", memory_snapshot)
+    for name, replacement in (("_record_memory_history", record_memory_history),
+                              ("_snapshot", snapshot), ("memory_snapshot", memory_snapshot)):
+        _torch_replace.replace_memory_call(torch, name,
+                                           lambda original, replacement=replacement: replacement)

@@ -18,9 +18,7 @@ counts). What tidepool does not count is absent rather than made up. Memory in t
 (tidepool.region) is not in them: tidepool.tag_stats has it.
 """
 
-import functools
-
-from . import _stats
+from . import _stats, _torch_replace
 
 # Per device, the pool's allocation and free counts when reset_accumulated_memory_stats last ran:
 # tidepool's counts are its whole life, PyTorch's restart at that call.
@@ -29,38 +27,28 @@ _accumulated_since = {}
 
 def answer_memory_statistics(torch):
     """Installs the replacements in torch.cuda and torch.cuda.memory."""
-    memory = torch.cuda.memory
 
-    @functools.wraps(memory.memory_stats_as_nested_dict)
     def memory_stats_as_nested_dict(device=None):
         if not torch.cuda.is_initialized():
             return {}  # as PyTorch: nothing allocated yet, no device opened
         index = device_index(torch, device)
         return nested_stats(_stats.stats(index), _accumulated_since.get(index, (0, 0)))
 
-    @functools.wraps(memory.reset_peak_memory_stats)
     def reset_peak_memory_stats(device=None):
         _stats.reset_peak_stats(device_index(torch, device))
 
-    original_reset_accumulated = getattr(memory, "reset_accumulated_memory_stats", None)
-    if original_reset_accumulated is not None:
-        @functools.wraps(original_reset_accumulated)
-        def reset_accumulated_memory_stats(device=None):
-            index = device_index(torch, device)
-            stats = _stats.stats(index)
-            _accumulated_since[index] = (stats.allocations, stats.deallocations)
+    def reset_accumulated_memory_stats(device=None):
+        index = device_index(torch, device)
+        stats = _stats.stats(index)
+        _accumulated_since[index] = (stats.allocations, stats.deallocations)
 
-        for namespace in (memory, torch.cuda):
-            namespace.reset_accumulated_memory_stats = reset_accumulated_memory_stats
-
-    @functools.wraps(memory.memory_summary)
     def memory_summary(device=None, abbreviated=False):
         return _stats.summary()
 
-    for namespace in (memory, torch.cuda):
-        namespace.memory_stats_as_nested_dict = memory_stats_as_nested_dict
-        namespace.reset_peak_memory_stats = reset_peak_memory_stats
-        namespace.memory_summary = memory_summary
+    for replacement in (memory_stats_as_nested_dict, reset_peak_memory_stats,
+                        reset_accumulated_memory_stats, memory_summary):
+        _torch_replace.replace_memory_call(torch, replacement.__name__,
+                                           lambda original, replacement=replacement: replacement)
 
 
 def nested_stats(stats, accumulated_since=(0, 0)):

@@ -77,7 +77,7 @@ import functools
 
 from . import (_allocate, _errors, _frameworks, _library, _release, _torch_cudnn, _torch_graphs,
                _torch_ipc, _torch_mem_pools, _torch_memory_fraction, _torch_memory_history,
-               _torch_stats)
+               _torch_replace, _torch_stats)
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).
@@ -104,9 +104,7 @@ def use():
             "tidepool.torch.use() must run before PyTorch's first CUDA allocation "
             f"(PyTorch says: {error})") from error
     _frameworks.routed["torch"] = True
-    releasing = _empty_cache_releasing_tidepool(torch.cuda.memory.empty_cache)
-    torch.cuda.memory.empty_cache = releasing
-    torch.cuda.empty_cache = releasing
+    _torch_replace.replace_memory_call(torch, "empty_cache", _empty_cache_releasing_tidepool)
     torch.Tensor.record_stream = _record_stream_reaching_tidepool(torch.Tensor.record_stream)
     _torch_stats.answer_memory_statistics(torch)
     _torch_memory_fraction.follow_memory_fraction(torch)
@@ -192,10 +190,9 @@ def mem_pool(tag):
 
     from . import _tags
 
+    slot = _tags.tag_id(tag)  # checks the name
     if is_used():
-        _tags.tag_id(tag)  # checks the name
         return _torch_mem_pools.TagMemPool(tag)
-    slot = _tags.tag_id(tag)
     if slot >= TAG_SLOTS:
         raise _errors.TidepoolError(
             _errors.INVALID_ARGUMENT,
