@@ -400,6 +400,41 @@ TIDEPOOL_API tidepool_status tidepool_set_capture_graph_pool(int device, tidepoo
 /** Forgets the graph pool given to capture `capture_id` (nothing happens for one not given any). */
 TIDEPOOL_API tidepool_status tidepool_forget_capture_graph_pool(uint64_t capture_id);
 
+/* Memory shared with another process (CUDA IPC of tidepool's virtual memory; CUDA's
+ * cudaIpcGetMemHandle cannot export it). The exporter passes the descriptors on (SCM_RIGHTS,
+ * pidfd_getfd, Python's multiprocessing.reduction.DupFd) with the UUID, sizes, offset and bytes;
+ * the importer maps them and sees the allocation's bytes until it closes them. The exporter keeps
+ * the allocation live meanwhile: once freed there, its bytes are handed out again.
+ *
+ *   exporter:  tidepool_export_memory(ptr, uuid, fds, sizes, 8, &count, &offset, &bytes);
+ *              ... send uuid, fds[0..count), sizes, offset, bytes; close the fds ...
+ *   importer:  tidepool_import_memory(uuid, fds, sizes, count, offset, bytes, &ptr);
+ *              ... use ptr ...; tidepool_close_imported_memory(ptr); */
+
+/** Exports the live allocation at `ptr` (any device, any tag): one new file descriptor per
+ *  physical handle under it into `fds` and its size into `handle_sizes` (room for `capacity` of
+ *  each), in address order, their number into `*count`, the GPU's UUID into `device_uuid`, where
+ *  the allocation starts in the first handle into `*offset` and its size into `*bytes`. The caller
+ *  closes the descriptors. With too little room nothing is opened: TIDEPOOL_INVALID_ARGUMENT, and
+ *  `*count` says how many are needed. TIDEPOOL_INVALID_POINTER for a pointer no pool holds live,
+ *  TIDEPOOL_ASLEEP for a sleeping tag's, TIDEPOOL_UNAVAILABLE where the driver cannot make the
+ *  memory shareable. */
+TIDEPOOL_API tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16], int* fds,
+                                                    size_t* handle_sizes, size_t capacity, size_t* count,
+                                                    size_t* offset, size_t* bytes);
+/** Maps memory another process exported (tidepool_export_memory's figures) and sets `*ptr` to its
+ *  first byte. The descriptors stay the caller's. TIDEPOOL_INVALID_DEVICE when this process does
+ *  not see the GPU, TIDEPOOL_INVALID_ARGUMENT for figures that do not fit or a descriptor that is
+ *  not exported memory; a failed import leaves nothing mapped. */
+TIDEPOOL_API tidepool_status tidepool_import_memory(const uint8_t device_uuid[16], const int* fds,
+                                                    const size_t* handle_sizes, size_t count, size_t offset,
+                                                    size_t bytes, void** ptr);
+/** Unmaps memory from tidepool_import_memory once the program's work on it is done.
+ *  TIDEPOOL_INVALID_POINTER for any other pointer, or one closed already. */
+TIDEPOOL_API tidepool_status tidepool_close_imported_memory(void* ptr);
+/** Bytes of other processes' memory this process maps now (whole handles). */
+TIDEPOOL_API tidepool_status tidepool_imported_bytes(size_t* bytes);
+
 /** Makes `tag` (1-64 printable characters) the calling thread's current tag; tags nest. */
 TIDEPOOL_API tidepool_status tidepool_push_tag(const char* tag);
 /** Drops the calling thread's current tag (TIDEPOOL_INVALID_ARGUMENT when none is pushed). */

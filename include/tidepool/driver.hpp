@@ -74,6 +74,8 @@ enum class driver_call : std::uint8_t {
   host_free,          ///< cuMemFreeHost
   copy_to_host,       ///< cuMemcpyDtoHAsync
   copy_to_device,     ///< cuMemcpyHtoDAsync
+  mem_export,         ///< cuMemExportToShareableHandle (memory shared with another process)
+  mem_import,         ///< cuMemImportFromShareableHandle
   count_              ///< number of kinds, not a call
 };
 inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver_call::count_);
@@ -279,6 +281,27 @@ class TIDEPOOL_API driver {
     (void)source;
     (void)bytes;
     (void)stream;
+    return driver_status::not_supported;
+  }
+
+  // Memory shared with another process (CUDA IPC of virtual memory: docs/DESIGN.md, "Memory
+  // shared between processes"). Not every driver has it: the defaults say not_supported.
+  /// A new file descriptor through which another process can import `handle` (made by
+  /// mem_create); the caller owns it and closes it. not_supported where `device`'s handles are
+  /// not made exportable.
+  virtual driver_status mem_export(int device, physical_handle handle, int* fd) {
+    (void)device;
+    (void)handle;
+    (void)fd;
+    return driver_status::not_supported;
+  }
+  /// A handle of this process for the memory exported as `fd` by mem_export in this or another
+  /// process; `fd` stays the caller's. The handle is mapped with mem_map and given back with
+  /// mem_release like one from mem_create, but the memory is charged to the process that made it.
+  virtual driver_status mem_import(int device, int fd, physical_handle* out) {
+    (void)device;
+    (void)fd;
+    (void)out;
     return driver_status::not_supported;
   }
 

@@ -157,6 +157,19 @@ struct pool_stats {
   [[nodiscard]] std::size_t fragmentation_bytes() const noexcept { return mapped_bytes - in_use_bytes; }
 };
 
+/// The physical memory under one allocation as another process can map it
+/// (pool::export_allocation).
+struct exported_allocation {
+  /// One file descriptor per physical handle under the allocation, in address order (POSIX
+  /// file-descriptor handles of the CUDA driver); the caller owns them and closes them once they
+  /// are passed on (SCM_RIGHTS, pidfd_getfd, Python's multiprocessing.reduction.DupFd).
+  std::vector<int> fds;
+  /// Each handle's bytes: the handles are mapped side by side, in this order.
+  std::vector<std::size_t> handle_sizes;
+  std::size_t offset = 0;  ///< from the first handle's start to the allocation's first byte
+  std::size_t bytes = 0;   ///< the allocation's size as asked for
+};
+
 /// One event a recording pool keeps (pool::start_recording): what the program asked and what the
 /// pool mapped, in the order the pool's lock saw them.
 struct recorded_event {
@@ -277,6 +290,18 @@ class TIDEPOOL_API pool {
   [[nodiscard]] std::size_t allocation_size(const void* ptr) const;
   /// Whether `ptr` is a live allocation of this pool.
   [[nodiscard]] bool owns(const void* ptr) const;
+  /// Exports the physical memory under the live allocation at `ptr`, so that another process
+  /// can map it (tidepool::import_memory there; CUDA IPC of virtual memory). The handles stay
+  /// this pool's: a process that imported them keeps their memory alive after this pool lets go,
+  /// but the pool hands the allocation's bytes out again once it is freed here, so the program
+  /// keeps the allocation live while others use it (tidepool.torch.use() does that for tensors
+  /// sent through torch.multiprocessing). Other allocations sharing its handles are visible to
+  /// the importer too, as with cudaIpcGetMemHandle. Throws tidepool::error: invalid_pointer
+  /// unless `ptr` is a live allocation of this pool, asleep while the pool sleeps, unavailable
+  /// where the driver cannot export the pool's memory (a plain cuMemAlloc segment, a GPU or
+  /// container without POSIX file-descriptor handles), driver_failure when an export fails;
+  /// then no descriptor is left open.
+  [[nodiscard]] exported_allocation export_allocation(const void* ptr);
   /// The largest allocation that could succeed now: cached free memory plus what the driver
   /// could still give, within the byte cap and headroom.
   [[nodiscard]] std::size_t available_bytes() const;

@@ -97,6 +97,8 @@ class TIDEPOOL_API sim_driver final : public driver {
                              stream_t stream) override;
   driver_status copy_to_device(int device, device_address destination, const void* source, std::size_t bytes,
                                stream_t stream) override;
+  driver_status mem_export(int device, physical_handle handle, int* fd) override;
+  driver_status mem_import(int device, int fd, physical_handle* out) override;
   driver_status capture_of(int device, stream_t stream, stream_capture* out) override;
   driver_status watch_graph(int device, void* graph, graph_gone_fn gone, void* context) override;
   [[nodiscard]] driver_call_counts call_counts() const override;

@@ -106,6 +106,9 @@ class pool_impl {
     return reinterpret_cast<void*>(b->address);
   }
 
+  /// See tidepool::pool::export_allocation (pool_export.cpp).
+  exported_allocation export_allocation(const void* ptr);
+
   /// See tidepool::pool::deallocate.
   void deallocate(void* ptr, stream_t stream) {
     const auto address = reinterpret_cast<device_address>(ptr);

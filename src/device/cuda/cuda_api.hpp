@@ -43,6 +43,8 @@ namespace tidepool::detail {
   X(cuMemUnmap, 12000, true)                          \
   X(cuMemSetAccess, 12000, true)                      \
   X(cuMemGetAllocationGranularity, 12000, true)       \
+  X(cuMemExportToShareableHandle, 12000, false)       \
+  X(cuMemImportFromShareableHandle, 12000, false)     \
   X(cuMemAlloc, 12000, true)                          \
   X(cuMemFree, 12000, true)                           \
   X(cuMemGetInfo, 12000, true)                        \

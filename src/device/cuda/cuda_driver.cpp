@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 #include "device/cuda/cuda_status.hpp"
 #include "tidepool/errors.hpp"
 
@@ -114,6 +116,11 @@ cuda_driver::cuda_driver(const cuda_api& api) : api_(api) {
     } else {
       dev->granularity = std::size_t{2} << 20;  // cuMemAlloc segments: keep the pool's page size
     }
+    int posix_fd_handles = 0;
+    api_.cuDeviceGetAttribute(&posix_fd_handles, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                              dev->handle);
+    dev->exportable = dev->virtual_memory && posix_fd_handles != 0 && api_.cuMemExportToShareableHandle != nullptr &&
+                      api_.cuMemImportFromShareableHandle != nullptr;
     api_.cuDeviceTotalMem(&dev->total_bytes, dev->handle);
     int domain = 0;
     int bus = 0;
@@ -199,10 +206,52 @@ driver_status cuda_driver::address_free(int device, device_address address, std:
 
 driver_status cuda_driver::mem_create(int device, std::size_t size, physical_handle* out) {
   if (out == nullptr || !valid(device)) return driver_status::invalid_value;
-  const CUmemAllocationProp prop = pinned_on(state(device).handle);
+  device_state& dev = state(device);
+  CUmemAllocationProp prop = pinned_on(dev.handle);
   CUmemGenericAllocationHandle handle = 0;
-  const driver_status status = in_context(device, driver_call::mem_create, [&] {
-    return api_.cuMemCreate(&handle, size, &prop, 0);
+  CUresult result = CUDA_SUCCESS;
+  const auto create = [&] {
+    result = api_.cuMemCreate(&handle, size, &prop, 0);
+    return result;
+  };
+  if (dev.exportable.load(std::memory_order_relaxed)) {
+    // Exportable handles cost nothing more to make (docs/RESULTS.md, "Memory shared between
+    // processes"), so every handle is made so and any allocation can be shared later.
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    const driver_status status = in_context(device, driver_call::mem_create, create);
+    if (status == driver_status::success) {
+      *out = static_cast<physical_handle>(handle);
+      return status;
+    }
+    if (result != CUDA_ERROR_NOT_SUPPORTED && result != CUDA_ERROR_NOT_PERMITTED) return status;
+    dev.exportable.store(false, std::memory_order_relaxed);
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  }
+  const driver_status status = in_context(device, driver_call::mem_create, create);
+  if (status == driver_status::success) *out = static_cast<physical_handle>(handle);
+  return status;
+}
+
+driver_status cuda_driver::mem_export(int device, physical_handle handle, int* fd) {
+  if (fd == nullptr || !valid(device)) return driver_status::invalid_value;
+  if (!state(device).exportable.load(std::memory_order_relaxed)) return driver_status::not_supported;
+  int exported = -1;
+  const driver_status status = in_context(device, driver_call::mem_export, [&] {
+    return api_.cuMemExportToShareableHandle(&exported, static_cast<CUmemGenericAllocationHandle>(handle),
+                                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  });
+  if (status == driver_status::success) *fd = exported;
+  return status;
+}
+
+driver_status cuda_driver::mem_import(int device, int fd, physical_handle* out) {
+  if (out == nullptr || fd < 0 || !valid(device)) return driver_status::invalid_value;
+  if (api_.cuMemImportFromShareableHandle == nullptr) return driver_status::not_supported;
+  CUmemGenericAllocationHandle handle = 0;
+  // The driver takes the descriptor's number passed as the pointer itself.
+  void* shareable = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));  // NOLINT(performance-no-int-to-ptr)
+  const driver_status status = in_context(device, driver_call::mem_import, [&] {
+    return api_.cuMemImportFromShareableHandle(&handle, shareable, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   });
   if (status == driver_status::success) *out = static_cast<physical_handle>(handle);
   return status;

@@ -67,6 +67,8 @@ class cuda_driver final : public driver {
                              stream_t stream) override;
   driver_status copy_to_device(int device, device_address destination, const void* source, std::size_t bytes,
                                stream_t stream) override;
+  driver_status mem_export(int device, physical_handle handle, int* fd) override;
+  driver_status mem_import(int device, int fd, physical_handle* out) override;
   driver_status capture_of(int device, stream_t stream, stream_capture* out) override;
   driver_status watch_graph(int device, void* graph, graph_gone_fn gone, void* context) override;
 
@@ -81,6 +83,10 @@ class cuda_driver final : public driver {
   struct device_state {
     CUdevice handle = 0;
     bool virtual_memory = false;
+    // Handles are made exportable as POSIX file descriptors (mem_export) while this holds; cleared
+    // for good the first time the driver refuses to make one so (a container without the
+    // capability, an old driver), after which handles are made as before and cannot be exported.
+    std::atomic<bool> exportable{false};
     std::size_t granularity = 0;
     std::size_t total_bytes = 0;
     pci_location pci{};

@@ -1,8 +1,10 @@
 // Host backing of the simulated GPU with mmap and memfd (Linux).
 #include "device/sim/host_backing.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,6 +71,18 @@ int host_create_memory(std::size_t size) noexcept {
     return -1;
   }
   return memfd;
+}
+
+int host_share_memory(int memfd) noexcept {
+  int shared = ::fcntl(memfd, F_DUPFD_CLOEXEC, 0);
+  if (shared < 0 && errno == EMFILE && raise_descriptor_limit()) shared = ::fcntl(memfd, F_DUPFD_CLOEXEC, 0);
+  return shared;
+}
+
+std::size_t host_memory_size(int fd) noexcept {
+  struct stat status {};
+  if (::fstat(fd, &status) != 0 || !S_ISREG(status.st_mode) || status.st_size <= 0) return 0;
+  return static_cast<std::size_t>(status.st_size);
 }
 
 void host_destroy_memory(int memfd) noexcept {

@@ -18,6 +18,10 @@ namespace tidepool::detail {
 void host_release_range(std::uintptr_t address, std::size_t size) noexcept;
 /// A memfd of `size` bytes standing for one physical handle; -1 on failure.
 [[nodiscard]] int host_create_memory(std::size_t size) noexcept;
+/// A new descriptor (close-on-exec) for the same memory as `memfd`; -1 on failure.
+[[nodiscard]] int host_share_memory(int memfd) noexcept;
+/// The size of the memory behind descriptor `fd`; 0 when it is not a memory file (or on failure).
+[[nodiscard]] std::size_t host_memory_size(int fd) noexcept;
 /// Closes a memfd from host_create_memory.
 void host_destroy_memory(int memfd) noexcept;
 /// Maps `memfd` shared and read/write over [address, address + size). False on failure.

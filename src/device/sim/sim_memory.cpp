@@ -118,7 +118,7 @@ bool overlaps_a_mapping(const sim_device& device, device_address address, std::s
 
 // Gives a handle's memory back: its bytes stop counting against the device.
 void destroy_handle(sim_device& device, std::unordered_map<physical_handle, detail::sim_handle>::iterator handle) {
-  device.handle_bytes -= handle->second.size;
+  if (!handle->second.imported) device.handle_bytes -= handle->second.size;
   detail::host_destroy_memory(handle->second.memfd);
   device.handles.erase(handle);
   device.publish();
@@ -215,6 +215,44 @@ driver_status sim_driver::mem_release(int device, physical_handle handle) {
   } else {
     destroy_handle(target, found);
   }
+  return driver_status::success;
+}
+
+// An exported handle is a memory file: with host backing the handle's own (a process that imports
+// it maps the same bytes), else a sparse one of the handle's size that stands for it. Imports
+// take any memory file of a granularity multiple, from this process or another.
+driver_status sim_driver::mem_export(int device, physical_handle handle, int* fd) {
+  std::lock_guard lock(state_->mutex);
+  detail::sim_state& state = *state_;
+  const auto status = state.begin_call(driver_call::mem_export, detail::sim_call_cost_us(driver_call::mem_export, 0),
+                                       device, detail::call_needs::virtual_memory);
+  if (status != driver_status::success) return status;
+  if (fd == nullptr) return driver_status::invalid_value;
+  sim_device& target = state.devices[static_cast<std::size_t>(device)];
+  const auto found = target.handles.find(handle);
+  if (found == target.handles.end() || found->second.released) return driver_status::invalid_value;
+  const int exported = found->second.memfd >= 0 ? detail::host_share_memory(found->second.memfd)
+                                                : detail::host_create_memory(found->second.size);
+  if (exported < 0) return driver_status::error;
+  *fd = exported;
+  return driver_status::success;
+}
+
+driver_status sim_driver::mem_import(int device, int fd, physical_handle* out) {
+  std::lock_guard lock(state_->mutex);
+  detail::sim_state& state = *state_;
+  const auto status = state.begin_call(driver_call::mem_import, detail::sim_call_cost_us(driver_call::mem_import, 0),
+                                       device, detail::call_needs::virtual_memory);
+  if (status != driver_status::success) return status;
+  if (out == nullptr || fd < 0) return driver_status::invalid_value;
+  const std::size_t size = detail::host_memory_size(fd);
+  if (size == 0 || size % state.config.granularity != 0) return driver_status::invalid_value;
+  const int memfd = detail::host_share_memory(fd);
+  if (memfd < 0) return driver_status::error;
+  sim_device& target = state.devices[static_cast<std::size_t>(device)];
+  const physical_handle handle = state.next_handle++;
+  target.handles.emplace(handle, detail::sim_handle{size, 0, false, memfd, true});
+  *out = handle;
   return driver_status::success;
 }
 

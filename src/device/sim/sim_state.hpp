@@ -24,13 +24,14 @@
 
 namespace tidepool::detail {
 
-/// One physical handle (mem_create). A released handle that is still mapped lives on, as in CUDA,
-/// until its last mapping goes.
+/// One physical handle (mem_create, or mem_import of another's). A released handle that is still
+/// mapped lives on, as in CUDA, until its last mapping goes.
 struct sim_handle {
   std::size_t size = 0;
   std::uint32_t mappings = 0;
   bool released = false;
-  int memfd = -1;  ///< host backing only
+  int memfd = -1;         ///< host backing, and every imported handle
+  bool imported = false;  ///< the memory is the exporting process's: not charged to this one
 };
 
 /// One reserved virtual range (address_reserve).

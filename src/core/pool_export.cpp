@@ -1,0 +1,74 @@
+// Exporting an allocation's physical memory to another process (CUDA IPC of virtual memory).
+//
+// A block lies on one or more whole handles of its range, mapped side by side; the export is one
+// file descriptor per handle, in address order, and where the block starts in the first. Another
+// process maps the handles side by side in a range of its own (process/ipc_imports.cpp) and so
+// sees the block at the same offset. The pool's lock is held throughout: the handles under a live
+// block are never split, stolen or released, but the lock also keeps a concurrent free of the
+// block (a program's mistake) from racing the walk.
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/pool_impl.hpp"
+#include "tidepool/errors.hpp"
+
+namespace tidepool::detail {
+
+exported_allocation pool_impl::export_allocation(const void* ptr) {
+  std::lock_guard guard(lock_);
+  const block* b = live_.find(reinterpret_cast<device_address>(ptr));
+  if (b == nullptr) throw_bad_pointer("export_allocation", ptr);
+  std::size_t requested = b->requested;
+  if (b->state == block_state::lent && !handed_out(*b, &requested)) throw_bad_pointer("export_allocation", ptr);
+  if (asleep_) {
+    throw error(error_code::asleep,
+                fmt::format("cannot export the allocation at {}: its memory is asleep (wake it first)", ptr));
+  }
+  const address_range& range = *b->range;
+  if (range.segment) {
+    throw error(error_code::unavailable,
+                fmt::format("cannot export the allocation at {}: device {} has no virtual memory API, and "
+                            "memory from cuMemAlloc is shared with cudaIpcGetMemHandle, not by tidepool",
+                            ptr, device_));
+  }
+  const std::size_t g = pages_.granularity();
+  exported_allocation out;
+  out.bytes = requested;
+  const auto close_all = [&out] {
+    for (const int fd : out.fds) ::close(fd);
+    out.fds.clear();
+  };
+  const device_address end = b->address + std::max<std::size_t>(requested, 1);
+  device_address at = b->address;
+  bool first = true;
+  while (at < end) {
+    const std::uint32_t id = range.page_handle[(at - range.base) / g];
+    const page_table::handle_record& h = pages_.record(id);
+    const device_address start = pages_.mapping_start(id, at);
+    int fd = -1;
+    const driver_status status =
+        calls_.counted(driver_call::mem_export, 0, [&] { return driver_->mem_export(device_, h.handle, &fd); });
+    if (status != driver_status::success) {
+      close_all();
+      if (status == driver_status::not_supported) {
+        throw error(error_code::unavailable,
+                    fmt::format("cannot export the allocation at {}: the driver does not make device {}'s memory "
+                                "shareable with other processes (no POSIX file-descriptor handles here)",
+                                ptr, device_));
+      }
+      throw error(error_code::driver_failure,
+                  fmt::format("cannot export the allocation at {}: mem_export failed ({})", ptr, to_string(status)));
+    }
+    if (first) out.offset = static_cast<std::size_t>(b->address - start);
+    first = false;
+    out.fds.push_back(fd);
+    out.handle_sizes.push_back(h.size);
+    at = start + h.size;
+  }
+  return out;
+}
+
+}  // namespace tidepool::detail

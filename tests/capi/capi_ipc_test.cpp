@@ -1,0 +1,221 @@
+// Memory shared between processes through the C API (CUDA IPC of tidepool's virtual memory), on
+// the simulated GPU backed by host memory, where an exported handle is a memory file and an
+// import maps the same bytes: what the exporter wrote is what the importer reads, and the other
+// way round; the import outlives the exporter's free and release; bad input gets a clear status
+// and leaves nothing open or mapped.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "process/process_fixture.hpp"
+#include "tidepool/c_api.h"
+
+namespace tidepool::testing {
+namespace {
+
+std::string last_error() { return tidepool_last_error(); }
+
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// What tidepool_export_memory gives, closed on destruction.
+struct exported {
+  std::array<uint8_t, 16> uuid{};
+  std::vector<int> fds = std::vector<int>(16, -1);
+  std::vector<size_t> sizes = std::vector<size_t>(16, 0);
+  size_t count = 0;
+  size_t offset = 0;
+  size_t bytes = 0;
+
+  tidepool_status from(const void* ptr) {
+    const tidepool_status s =
+        tidepool_export_memory(ptr, uuid.data(), fds.data(), sizes.data(), fds.size(), &count, &offset, &bytes);
+    if (s == TIDEPOOL_SUCCESS) {
+      fds.resize(count);
+      sizes.resize(count);
+    }
+    return s;
+  }
+  tidepool_status import(void** ptr) const {
+    return tidepool_import_memory(uuid.data(), fds.data(), sizes.data(), count, offset, bytes, ptr);
+  }
+  ~exported() {
+    for (std::size_t i = 0; i < count && i < fds.size(); ++i) ::close(fds[i]);
+  }
+};
+
+class CApiIpc : public process_test {
+ protected:
+  sim_driver& host_backed() {
+    sim_config config;
+    config.capacity = 512 * MiB;
+    config.back_with_host_memory = true;
+    config.uuid_key = "capi-ipc-test";
+    return use_sim(std::move(config));
+  }
+  static void* allocate(std::size_t size) {
+    void* p = nullptr;
+    EXPECT_EQ(tidepool_allocate(size, 0, nullptr, TIDEPOOL_SCRATCH, &p), TIDEPOOL_SUCCESS) << last_error();
+    return p;
+  }
+  static void free(void* p) { EXPECT_EQ(tidepool_deallocate(p, 0, nullptr), TIDEPOOL_SUCCESS) << last_error(); }
+};
+
+TEST_F(CApiIpc, AnImportSeesTheExportersBytesBothWays) {
+  host_backed();
+  // A small allocation between others (inside a handle), and one over several handles.
+  void* before = allocate(3000);
+  void* small = allocate(5000);
+  void* large = allocate(70 * MiB + 4096);
+  for (void* p : {small, large}) {
+    const std::size_t size = p == small ? 5000 : 70 * MiB + 4096;
+    std::memset(p, 0x5a, size);  // sim's device memory is this process's host memory here
+    exported e;
+    ASSERT_EQ(e.from(p), TIDEPOOL_SUCCESS) << last_error();
+    EXPECT_EQ(e.bytes, size);
+    EXPECT_GE(e.count, p == small ? 1u : 2u);
+    void* view = nullptr;
+    ASSERT_EQ(e.import(&view), TIDEPOOL_SUCCESS) << last_error();
+    ASSERT_NE(view, p) << "mapped in a range of its own";
+    auto* seen = static_cast<unsigned char*>(view);
+    EXPECT_EQ(seen[0], 0x5a);
+    EXPECT_EQ(seen[size - 1], 0x5a);
+    seen[size / 2] = 0x17;  // written through the import, read through the allocation
+    EXPECT_EQ(static_cast<unsigned char*>(p)[size / 2], 0x17);
+    size_t imported = 0;
+    ASSERT_EQ(tidepool_imported_bytes(&imported), TIDEPOOL_SUCCESS);
+    EXPECT_GE(imported, size);
+    EXPECT_EQ(tidepool_close_imported_memory(view), TIDEPOOL_SUCCESS) << last_error();
+  }
+  size_t imported = 1;
+  ASSERT_EQ(tidepool_imported_bytes(&imported), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(imported, 0u);
+  for (void* p : {before, small, large}) free(p);
+}
+
+TEST_F(CApiIpc, AnImportOutlivesTheExportersFreeAndRelease) {
+  sim_driver& sim = host_backed();
+  void* p = allocate(24 * MiB);
+  std::memset(p, 0x33, 24 * MiB);
+  exported e;
+  ASSERT_EQ(e.from(p), TIDEPOOL_SUCCESS) << last_error();
+  void* view = nullptr;
+  ASSERT_EQ(e.import(&view), TIDEPOOL_SUCCESS) << last_error();
+  const std::size_t mapped_with_import = sim.mapped_bytes(0);
+  free(p);
+  size_t released = 0;
+  ASSERT_EQ(tidepool_release_cached_memory(&released), TIDEPOOL_SUCCESS);
+  EXPECT_GE(released, 24 * MiB) << "the pool hands its handles back as if nothing were imported";
+  EXPECT_LT(sim.mapped_bytes(0), mapped_with_import);
+  auto* seen = static_cast<unsigned char*>(view);
+  EXPECT_EQ(seen[0], 0x33);
+  EXPECT_EQ(seen[24 * MiB - 1], 0x33);
+  EXPECT_EQ(tidepool_close_imported_memory(view), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(sim.mapped_bytes(0), 0u);
+}
+
+TEST_F(CApiIpc, BadExportsAreRefusedAndOpenNothing) {
+  host_backed();
+  void* p = allocate(6 * MiB);
+  const std::size_t open_before = open_descriptors();
+  int local = 0;
+  exported foreign;
+  EXPECT_EQ(foreign.from(&local), TIDEPOOL_INVALID_POINTER);
+  EXPECT_NE(last_error().find("not allocated by tidepool"), std::string::npos) << last_error();
+  exported interior;
+  EXPECT_EQ(interior.from(static_cast<char*>(p) + 4096), TIDEPOOL_INVALID_POINTER) << last_error();
+  // Too little room: nothing opened, and the count says what is needed.
+  std::array<uint8_t, 16> uuid{};
+  size_t count = 0;
+  size_t offset = 0;
+  size_t bytes = 0;
+  EXPECT_EQ(tidepool_export_memory(p, uuid.data(), nullptr, nullptr, 0, &count, &offset, &bytes),
+            TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_GE(count, 1u);
+  EXPECT_NE(last_error().find("room was given for 0"), std::string::npos) << last_error();
+  EXPECT_EQ(tidepool_export_memory(p, nullptr, nullptr, nullptr, 0, &count, &offset, &bytes),
+            TIDEPOOL_INVALID_ARGUMENT);
+  free(p);
+  exported freed;
+  EXPECT_EQ(freed.from(p), TIDEPOOL_DOUBLE_FREE) << last_error();
+  EXPECT_EQ(open_descriptors(), open_before);
+}
+
+TEST_F(CApiIpc, BadImportsAreRefusedAndMapNothing) {
+  sim_driver& sim = host_backed();
+  void* p = allocate(4 * MiB);
+  exported e;
+  ASSERT_EQ(e.from(p), TIDEPOOL_SUCCESS) << last_error();
+  const std::size_t mapped = sim.mapped_bytes(0);
+  const std::size_t open_before = open_descriptors();
+  void* view = nullptr;
+  // Another GPU's memory.
+  exported other_gpu = e;
+  other_gpu.count = 0;  // the copy closes nothing
+  other_gpu.uuid[0] ^= 0xff;
+  EXPECT_EQ(tidepool_import_memory(other_gpu.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, e.bytes,
+                                   &view),
+            TIDEPOOL_INVALID_DEVICE);
+  EXPECT_NE(last_error().find("does not see that GPU"), std::string::npos) << last_error();
+  // Bytes beyond the handles, no bytes, a size that is not the handle's.
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, 64 * MiB, &view),
+            TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, 0, &view),
+            TIDEPOOL_INVALID_ARGUMENT);
+  std::vector<size_t> wrong_sizes(e.sizes);
+  wrong_sizes[0] += 2 * MiB;
+  EXPECT_NE(tidepool_import_memory(e.uuid.data(), e.fds.data(), wrong_sizes.data(), e.count, e.offset, e.bytes,
+                                   &view),
+            TIDEPOOL_SUCCESS);
+  // A descriptor that is not exported memory.
+  std::array<int, 2> pipe_ends{};
+  ASSERT_EQ(::pipe(pipe_ends.data()), 0);
+  std::vector<int> not_memory(e.count, pipe_ends[0]);
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), not_memory.data(), e.sizes.data(), e.count, e.offset, e.bytes,
+                                   &view),
+            TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("not memory another process exported"), std::string::npos) << last_error();
+  ::close(pipe_ends[0]);
+  ::close(pipe_ends[1]);
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), nullptr, e.sizes.data(), e.count, e.offset, e.bytes, &view),
+            TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), 0, e.offset, e.bytes, &view),
+            TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(sim.mapped_bytes(0), mapped) << "a failed import leaves nothing mapped";
+  EXPECT_EQ(open_descriptors(), open_before) << "nor any descriptor open";
+  // Closing what was never imported, or twice.
+  EXPECT_EQ(tidepool_close_imported_memory(p), TIDEPOOL_INVALID_POINTER);
+  ASSERT_EQ(e.import(&view), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(tidepool_close_imported_memory(view), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(tidepool_close_imported_memory(view), TIDEPOOL_INVALID_POINTER);
+  EXPECT_NE(last_error().find("closed already"), std::string::npos) << last_error();
+  free(p);
+}
+
+TEST_F(CApiIpc, ASleepingTagsMemoryIsNotExported) {
+  host_backed();
+  ASSERT_EQ(tidepool_push_tag("weights"), TIDEPOOL_SUCCESS);
+  void* p = allocate(4 * MiB);
+  ASSERT_EQ(tidepool_pop_tag(), TIDEPOOL_SUCCESS);
+  size_t slept = 0;
+  ASSERT_EQ(tidepool_sleep("weights", TIDEPOOL_KEEP_NOTHING, &slept), TIDEPOOL_SUCCESS) << last_error();
+  exported e;
+  EXPECT_EQ(e.from(p), TIDEPOOL_ASLEEP) << last_error();
+  ASSERT_EQ(tidepool_wake("weights"), TIDEPOOL_SUCCESS) << last_error();
+  exported awake;
+  EXPECT_EQ(awake.from(p), TIDEPOOL_SUCCESS) << last_error();
+  free(p);
+}
+
+}  // namespace
+}  // namespace tidepool::testing
