@@ -16,9 +16,14 @@
 //  10. one handle mapped at several addresses at once (aliases): do writes through one show
 //      through the other, what a further mapping costs, whether the calls slow down with tens of
 //      thousands of mappings in place, and whether kernels run as fast through an alias
-//      (bench/analysis/best_fit_models.py's `alias` model asks this of the driver).
+//      (bench/analysis/best_fit_models.py's `alias` model asks this of the driver);
+//  11. handles made exportable as POSIX file descriptors (what memory shared with another process
+//      needs): do the calls cost more than for plain handles, and what an export and an import
+//      of one cost (the import here is this process's own, which maps the same bytes).
 // Prints tables; exits 0 with a note where no GPU is present. Arguments, if any, are the numbers of
 // the sections to run (`tidepool_vmm_calls_bench 10`); none runs every section.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -75,6 +80,8 @@ struct handle_set {
   std::vector<CUmemGenericAllocationHandle> handles;
   std::vector<double> create_us, map_us, access_us, unmap_us, release_us;
 
+  bool exportable = false;  // section 11: made with POSIX file-descriptor handles requested
+
   handle_set(std::size_t handle_size, std::size_t count) : size(handle_size) {
     // Aligned to the granularity only: cuMemAddressReserve refuses an alignment that is not a
     // power of two (20 MiB), and mapping needs no more.
@@ -82,7 +89,8 @@ struct handle_set {
     handles.resize(count);
   }
   void create_and_map(std::size_t i) {
-    const CUmemAllocationProp prop = pinned_on(0);
+    CUmemAllocationProp prop = pinned_on(0);
+    if (exportable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     const CUmemAccessDesc access = read_write_on(0);
     const CUdeviceptr at = base + i * size;
     create_us.push_back(timed_us([&] { check(cu().cuMemCreate(&handles[i], size, &prop, 0), "cuMemCreate"); }));
@@ -590,8 +598,70 @@ void aliases() {
 
 }  // namespace
 
+void exportable_handles() {
+  std::printf("## 11. Handles made exportable (POSIX file descriptors) against plain ones\n\n");
+  std::printf("Medians over 5 interleaved rounds of 100 handles each (us):\n\n");
+  std::printf("| handle     | cuMemCreate | cuMemMap | cuMemSetAccess | cuMemUnmap | cuMemRelease |  kind\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const std::size_t size : {2 * MiB, 24 * MiB}) {
+    handle_set plain(size, 500);
+    handle_set exportable(size, 500);
+    exportable.exportable = true;
+    for (std::size_t round = 0; round < 5; ++round) {
+      for (handle_set* s : {&plain, &exportable}) {
+        for (std::size_t i = round * 100; i < (round + 1) * 100; ++i) s->create_and_map(i);
+        for (std::size_t i = round * 100; i < (round + 1) * 100; ++i) s->unmap_and_release(i);
+      }
+    }
+    for (handle_set* s : {&plain, &exportable}) {
+      print_row(std::to_string(size / MiB) + " MiB x500", *s, true);
+      std::printf("  %s\n", s->exportable ? "exportable" : "plain");
+      s->free_range();
+    }
+  }
+  // One export and one import (this process's own), timed, and the bytes seen through both.
+  const std::size_t size = 24 * MiB;
+  CUmemAllocationProp prop = pinned_on(0);
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  const CUmemAccessDesc access = read_write_on(0);
+  CUdeviceptr base = 0;
+  check(cu().cuMemAddressReserve(&base, 2 * size, 2 * MiB, 0, 0), "cuMemAddressReserve");
+  std::vector<double> export_us, import_us;
+  bool same_bytes = true;
+  for (int i = 0; i < 50; ++i) {
+    CUmemGenericAllocationHandle h = 0;
+    check(cu().cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+    check(cu().cuMemMap(base, size, 0, h, 0), "cuMemMap");
+    check(cu().cuMemSetAccess(base, size, &access, 1), "cuMemSetAccess");
+    int fd = -1;
+    export_us.push_back(timed_us([&] {
+      check(cu().cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), "export");
+    }));
+    CUmemGenericAllocationHandle imported = 0;
+    void* shareable = reinterpret_cast<void*>(static_cast<std::intptr_t>(fd));  // NOLINT(performance-no-int-to-ptr)
+    import_us.push_back(timed_us([&] {
+      check(cu().cuMemImportFromShareableHandle(&imported, shareable, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            "import");
+    }));
+    ::close(fd);
+    check(cu().cuMemMap(base + size, size, 0, imported, 0), "cuMemMap");
+    check(cu().cuMemSetAccess(base + size, size, &access, 1), "cuMemSetAccess");
+    check(cu().cuMemsetD8(base, static_cast<unsigned char>(i + 1), size), "cuMemsetD8");
+    check(cu().cuCtxSynchronize(), "sync");
+    same_bytes = same_bytes && tidepool::gpu_test::first_mismatch(base + size, size, static_cast<unsigned char>(i + 1)) < 0;
+    check(cu().cuMemUnmap(base + size, size), "cuMemUnmap");
+    check(cu().cuMemRelease(imported), "cuMemRelease");
+    check(cu().cuMemUnmap(base, size), "cuMemUnmap");
+    check(cu().cuMemRelease(h), "cuMemRelease");
+  }
+  check(cu().cuMemAddressFree(base, 2 * size), "cuMemAddressFree");
+  std::printf("\n24 MiB handle, 50 times: cuMemExportToShareableHandle %.1f us, cuMemImportFromShareableHandle "
+              "%.1f us (medians); written through the handle, read through its import: %s\n\n",
+              summarize(export_us).median, summarize(import_us).median, same_bytes ? "same bytes" : "DIFFERENT");
+}
+
 int main(int argc, char** argv) {
-  const tidepool::gpu_test::section_choice sections(argc, argv, 10);
+  const tidepool::gpu_test::section_choice sections(argc, argv, 11);
   if (tidepool::gpu_test::say_if_no_gpu()) return 0;
   try {
     auto drv = tidepool::make_cuda_driver();
@@ -633,6 +703,7 @@ int main(int argc, char** argv) {
     if (sections.wanted(8)) access_after_remap();
     if (sections.wanted(9)) calls_beside_a_helper_thread();
     if (sections.wanted(10)) aliases();
+    if (sections.wanted(11)) exportable_handles();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vmm_calls_bench failed: %s\n", e.what());
     return 1;

@@ -422,14 +422,15 @@ TIDEPOOL_API tidepool_status tidepool_forget_capture_graph_pool(uint64_t capture
 TIDEPOOL_API tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16], int* fds,
                                                     size_t* handle_sizes, size_t capacity, size_t* count,
                                                     size_t* offset, size_t* bytes);
-/** Maps memory another process exported (tidepool_export_memory's figures) and sets `*ptr` to its
- *  first byte. The descriptors stay the caller's. TIDEPOOL_INVALID_DEVICE when this process does
+/** Maps memory another process exported (tidepool_export_memory's figures), sets `*ptr` to its
+ *  first byte and `*device` (unless NULL) to this process's ordinal of the GPU. The descriptors
+ *  stay the caller's. TIDEPOOL_INVALID_DEVICE when this process does
  *  not see the GPU, TIDEPOOL_INVALID_ARGUMENT for figures that do not fit or a descriptor that is
  *  not exported memory; a failed import leaves nothing mapped. */
 TIDEPOOL_API tidepool_status tidepool_import_memory(const uint8_t device_uuid[16], const int* fds,
                                                     const size_t* handle_sizes, size_t count, size_t offset,
-                                                    size_t bytes, void** ptr);
-/** Unmaps memory from tidepool_import_memory once the program's work on it is done.
+                                                    size_t bytes, void** ptr, int* device);
+/** Unmaps memory from tidepool_import_memory, once the device's queued work is done (it waits).
  *  TIDEPOOL_INVALID_POINTER for any other pointer, or one closed already. */
 TIDEPOOL_API tidepool_status tidepool_close_imported_memory(void* ptr);
 /** Bytes of other processes' memory this process maps now (whole handles). */

@@ -52,17 +52,19 @@ TIDEPOOL_API void set_device_byte_cap(int device, std::size_t bytes);
 
 /// Maps memory that another process (or this one) exported: `fds` and `handle_sizes` as
 /// exported_allocation holds them, on the GPU whose UUID is `device_uuid`, and returns a pointer
-/// to the allocation's first byte (`offset` into the handles, `bytes` long). The descriptors stay
-/// the caller's. The memory lives until close_imported_memory, even once the exporter lets go.
+/// to the allocation's first byte (`offset` into the handles, `bytes` long), and this process's
+/// ordinal of that GPU in `*device` unless null. The descriptors stay the caller's. The memory
+/// lives until close_imported_memory, even once the exporter lets go.
 /// Throws tidepool::error: invalid_device when this process does not see that GPU,
 /// invalid_argument for sizes or an offset that do not fit, or a descriptor that is not exported
 /// memory; unavailable where the driver cannot import; driver_failure otherwise. A failed import
 /// leaves nothing mapped.
 [[nodiscard]] TIDEPOOL_API void* import_memory(const device_uuid_bytes& device_uuid, const std::vector<int>& fds,
                                                const std::vector<std::size_t>& handle_sizes, std::size_t offset,
-                                               std::size_t bytes);
-/// Unmaps memory from import_memory; the program's work on it must be done (as before a free).
-/// Throws tidepool::error (invalid_pointer) for any other pointer, or one closed already.
+                                               std::size_t bytes, int* device = nullptr);
+/// Unmaps memory from import_memory once the device's queued work is done (it waits for it, so
+/// that no kernel still reading the memory faults). Throws tidepool::error (invalid_pointer) for
+/// any other pointer, or one closed already.
 TIDEPOOL_API void close_imported_memory(void* ptr);
 /// Bytes of other processes' memory mapped here by import_memory now (whole handles).
 [[nodiscard]] TIDEPOOL_API std::size_t imported_bytes();

@@ -17,6 +17,7 @@ from ._allocate import (ANY_DEVICE, allocate, deallocate, device_count, forget_s
 from ._errors import AsleepError, InvalidArgumentError, LibraryNotFoundError, OutOfMemoryError, TidepoolError
 from ._graph_pools import GraphPool, current_graph_pool
 from ._hooks import add_reclaim_hook, remove_reclaim_hook
+from ._ipc import ImportedMemory, MemoryShare, imported_bytes, kept_for_other_processes, share_memory
 from ._library import load as _load
 from ._library import path as library_path
 from ._memory import (describe, dump_snapshot, memory_snapshot, recent_events, record, recording_path,
@@ -29,16 +30,16 @@ from ._stats import (MemorySummary, Stats, available_bytes, memory_summary, rese
 from ._tags import current_tag, is_asleep, region, sleep, tag_stats, wake
 
 __all__ = [
-    "ANY_DEVICE", "AsleepError", "GraphPool", "InvalidArgumentError", "LibraryNotFoundError", "MemorySummary",
-    "OutOfMemoryError", "Stats",
+    "ANY_DEVICE", "AsleepError", "GraphPool", "ImportedMemory", "InvalidArgumentError", "LibraryNotFoundError",
+    "MemoryShare", "MemorySummary", "OutOfMemoryError", "Stats",
     "TidepoolError",
     "add_reclaim_hook", "allocate", "available_bytes", "byte_cap", "current_graph_pool", "deallocate",
     "describe", "device_count",
     "dump_snapshot", "forget_stream", "get_current_stream", "get_pool_options", "get_sharing_options",
-    "has_context", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",
+    "has_context", "imported_bytes", "kept_for_other_processes", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",
     "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook",
     "reset_peak_stats",
-    "set_byte_cap", "set_current_stream", "set_pool_options", "set_sharing_options", "stats",
+    "set_byte_cap", "set_current_stream", "set_pool_options", "set_sharing_options", "share_memory", "stats",
     "stop_recording", "summary",
     "version",
     "current_tag", "is_asleep", "region", "sleep", "tag_stats", "wake",

@@ -195,6 +195,13 @@ _PROTOTYPES = {
     "tidepool_set_capture_graph_pool": (_status, [ctypes.c_int, c_stream, ctypes.c_uint64,
                                                   ctypes.POINTER(ctypes.c_uint64)]),
     "tidepool_forget_capture_graph_pool": (_status, [ctypes.c_uint64]),
+    "tidepool_export_memory": (_status, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8), _int_p, _size_p,
+                                         ctypes.c_size_t, _size_p, _size_p, _size_p]),
+    "tidepool_import_memory": (_status, [ctypes.POINTER(ctypes.c_uint8), _int_p, _size_p, ctypes.c_size_t,
+                                         ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p),
+                                         _int_p]),
+    "tidepool_close_imported_memory": (_status, [ctypes.c_void_p]),
+    "tidepool_imported_bytes": (_status, [_size_p]),
 }
 
 _lock = threading.RLock()

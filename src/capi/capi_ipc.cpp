@@ -51,7 +51,7 @@ tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16],
 }
 
 tidepool_status tidepool_import_memory(const uint8_t device_uuid[16], const int* fds, const size_t* handle_sizes,
-                                       size_t count, size_t offset, size_t bytes, void** ptr) {
+                                       size_t count, size_t offset, size_t bytes, void** ptr, int* device) {
   using namespace tidepool::detail;
   return guarded([&] {
     constexpr const char* function = "tidepool_import_memory";
@@ -62,7 +62,8 @@ tidepool_status tidepool_import_memory(const uint8_t device_uuid[16], const int*
     tidepool::device_uuid_bytes uuid{};
     std::memcpy(uuid.data(), device_uuid, uuid.size());
     *ptr = tidepool::import_memory(uuid, std::vector<int>(fds, fds + count),
-                                   std::vector<std::size_t>(handle_sizes, handle_sizes + count), offset, bytes);
+                                   std::vector<std::size_t>(handle_sizes, handle_sizes + count), offset, bytes,
+                                   device);
   });
 }
 

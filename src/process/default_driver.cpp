@@ -1,7 +1,8 @@
 // The process's driver: chosen by set_default_driver(), else by the environment (TIDEPOOL_DEVICE,
-// TIDEPOOL_SIM_DEVICES, TIDEPOOL_SIM_CAPACITY, TIDEPOOL_SIM_UUID, TIDEPOOL_SIM_SHARED, and
-// TIDEPOOL_SIM_FAIL: driver failures injected into the sim, so a process that reaches tidepool only
-// through the C API, Python, can be fault tested), else the CUDA driver. Fixed once a pool exists.
+// TIDEPOOL_SIM_DEVICES, TIDEPOOL_SIM_CAPACITY, TIDEPOOL_SIM_UUID, TIDEPOOL_SIM_SHARED,
+// TIDEPOOL_SIM_HOST_MEMORY, and TIDEPOOL_SIM_FAIL: driver failures injected into the sim, so a
+// process that reaches tidepool only through the C API, Python, can be fault tested), else the
+// CUDA driver. Fixed once a pool exists.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -50,6 +51,12 @@ sim_config sim_config_from_environment() {
     if (shared.front() != '/') bad_variable("TIDEPOOL_SIM_SHARED", shared, "an absolute directory, e.g. /dev/shm");
     config.shared_capacity_directory = std::string(shared);
     if (config.uuid_key.empty()) config.uuid_key = "shared";
+  }
+  // TIDEPOOL_SIM_HOST_MEMORY=1: host memory behind the simulated GPU, so a program (or a test of
+  // memory shared between processes) can write and read the bytes it allocates from the host.
+  if (auto host = environment("TIDEPOOL_SIM_HOST_MEMORY"); !host.empty()) {
+    if (host != "0" && host != "1") bad_variable("TIDEPOOL_SIM_HOST_MEMORY", host, "0 or 1");
+    config.back_with_host_memory = host == "1";
   }
   return config;
 }

@@ -70,7 +70,8 @@ void undo(driver& drv, const imported_range& r, std::size_t mapped) {
 }  // namespace
 
 void* import_memory(const device_uuid_bytes& device_uuid, const std::vector<int>& fds,
-                    const std::vector<std::size_t>& handle_sizes, std::size_t offset, std::size_t bytes) {
+                    const std::vector<std::size_t>& handle_sizes, std::size_t offset, std::size_t bytes,
+                    int* device) {
   const auto drv = default_driver();
   if (fds.empty() || fds.size() != handle_sizes.size()) {
     throw error(error_code::invalid_argument,
@@ -131,6 +132,7 @@ void* import_memory(const device_uuid_bytes& device_uuid, const std::vector<int>
     at += r.handle_sizes[i];
   }
   const device_address pointer = r.base + offset;
+  if (device != nullptr) *device = r.device;
   std::lock_guard lock(registry().mutex);
   registry().by_pointer.emplace(pointer, std::move(r));
   return reinterpret_cast<void*>(pointer);
@@ -149,8 +151,11 @@ void close_imported_memory(void* ptr) {
     r = std::move(found->second);
     registry().by_pointer.erase(found);
   }
-  // The program's work on the memory must be done: as with a free, the caller orders it.
-  undo(*default_driver(), r, r.handles.size());
+  // An unmap under a kernel still reading the memory would fault the context: wait for the
+  // device (closes are rare: a received tensor's storage dying).
+  const auto drv = default_driver();
+  (void)drv->device_synchronize(r.device);
+  undo(*drv, r, r.handles.size());
 }
 
 std::size_t imported_bytes() {

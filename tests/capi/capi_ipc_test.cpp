@@ -47,7 +47,12 @@ struct exported {
     return s;
   }
   tidepool_status import(void** ptr) const {
-    return tidepool_import_memory(uuid.data(), fds.data(), sizes.data(), count, offset, bytes, ptr);
+    int device = -1;
+    const tidepool_status s = tidepool_import_memory(uuid.data(), fds.data(), sizes.data(), count, offset, bytes, ptr, &device);
+    if (s == TIDEPOOL_SUCCESS) {
+      EXPECT_EQ(device, 0);
+    }
+    return s;
   }
   ~exported() {
     for (std::size_t i = 0; i < count && i < fds.size(); ++i) ::close(fds[i]);
@@ -164,32 +169,32 @@ TEST_F(CApiIpc, BadImportsAreRefusedAndMapNothing) {
   other_gpu.count = 0;  // the copy closes nothing
   other_gpu.uuid[0] ^= 0xff;
   EXPECT_EQ(tidepool_import_memory(other_gpu.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, e.bytes,
-                                   &view),
+                                   &view, nullptr),
             TIDEPOOL_INVALID_DEVICE);
   EXPECT_NE(last_error().find("does not see that GPU"), std::string::npos) << last_error();
   // Bytes beyond the handles, no bytes, a size that is not the handle's.
-  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, 64 * MiB, &view),
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, 64 * MiB, &view, nullptr),
             TIDEPOOL_INVALID_ARGUMENT);
-  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, 0, &view),
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, 0, &view, nullptr),
             TIDEPOOL_INVALID_ARGUMENT);
   std::vector<size_t> wrong_sizes(e.sizes);
   wrong_sizes[0] += 2 * MiB;
   EXPECT_NE(tidepool_import_memory(e.uuid.data(), e.fds.data(), wrong_sizes.data(), e.count, e.offset, e.bytes,
-                                   &view),
+                                   &view, nullptr),
             TIDEPOOL_SUCCESS);
   // A descriptor that is not exported memory.
   std::array<int, 2> pipe_ends{};
   ASSERT_EQ(::pipe(pipe_ends.data()), 0);
   std::vector<int> not_memory(e.count, pipe_ends[0]);
   EXPECT_EQ(tidepool_import_memory(e.uuid.data(), not_memory.data(), e.sizes.data(), e.count, e.offset, e.bytes,
-                                   &view),
+                                   &view, nullptr),
             TIDEPOOL_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("not memory another process exported"), std::string::npos) << last_error();
   ::close(pipe_ends[0]);
   ::close(pipe_ends[1]);
-  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), nullptr, e.sizes.data(), e.count, e.offset, e.bytes, &view),
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), nullptr, e.sizes.data(), e.count, e.offset, e.bytes, &view, nullptr),
             TIDEPOOL_INVALID_ARGUMENT);
-  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), 0, e.offset, e.bytes, &view),
+  EXPECT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), 0, e.offset, e.bytes, &view, nullptr),
             TIDEPOOL_INVALID_ARGUMENT);
   EXPECT_EQ(sim.mapped_bytes(0), mapped) << "a failed import leaves nothing mapped";
   EXPECT_EQ(open_descriptors(), open_before) << "nor any descriptor open";

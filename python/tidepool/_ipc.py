@@ -1,0 +1,288 @@
+"""Memory shared between processes: a live tidepool allocation sent to another process, which maps
+the same device memory (CUDA IPC of tidepool's virtual memory; cudaIpcGetMemHandle cannot export
+it).
+
+    # sender: keep=... stays alive here until every receiver has let go of the memory
+    queue.put(tidepool.share_memory(array.data.ptr, keep=array))
+    # receiver (a multiprocessing child): an ImportedMemory, with __cuda_array_interface__
+    memory = queue.get()
+    array = cupy.asarray(memory).view(cupy.float32)   # the sender's bytes, no copy
+
+A MemoryShare travels by pickling through multiprocessing (queues, pipes, a child's arguments):
+each physical handle under the allocation goes as a file descriptor
+(multiprocessing.reduction.DupFd), and with them the write end of a pipe whose read end the
+sender watches. A receiver keeps its write end open while it maps the memory, and the process's
+death closes it too, so the sender learns when every receiver is done without any message: a
+thread of its own then drops `keep`, and the allocation may be freed and reused. This is the job
+PyTorch's IPC reference counter file does for its own allocator. tidepool.torch.use() sends CUDA
+tensors this way (_torch_ipc.py).
+"""
+
+import ctypes
+import os
+import select
+import threading
+
+from . import _arguments, _errors, _library
+
+_first_capacity = 64  # handles under one allocation asked for first; more on a second try
+
+
+def _raise_descriptor_limit():
+    """A large allocation lies on many handles, each sent as a descriptor, and a model's tensors
+    add up: raise this process's soft limit on open files to the hard one, once."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+_raise_limit_once = threading.Lock()
+_limit_raised = False
+
+
+def _ensure_descriptor_room():
+    global _limit_raised
+    with _raise_limit_once:
+        if not _limit_raised:
+            _raise_descriptor_limit()
+            _limit_raised = True
+
+
+class ExportedMemory:
+    """One allocation's physical memory as file descriptors (tidepool_export_memory): `fds` (one
+    per handle, in address order, owned by this object: close() or collection closes them),
+    `handle_sizes`, `offset` of the allocation in the first handle, its size `bytes`, and the
+    GPU's UUID `device_uuid` (16 bytes)."""
+
+    def __init__(self, device_uuid, fds, handle_sizes, offset, nbytes):
+        self.device_uuid = bytes(device_uuid)
+        self.fds = list(fds)
+        self.handle_sizes = list(handle_sizes)
+        self.offset = offset
+        self.bytes = nbytes
+
+    def close(self):
+        fds, self.fds = self.fds, []
+        for fd in fds:
+            os.close(fd)
+
+    def __del__(self):
+        self.close()
+
+
+def export_memory(ptr):
+    """Exports the live tidepool allocation at `ptr` (an int), on any device or tag, as an
+    ExportedMemory. Raises TidepoolError: INVALID_POINTER for memory tidepool did not allocate,
+    ASLEEP for a sleeping tag's, UNAVAILABLE where the driver cannot share the memory."""
+    ptr = _arguments.pointer("export_memory", "ptr", ptr)
+    lib = _library.load()
+    _ensure_descriptor_room()
+    capacity = _first_capacity
+    while True:
+        uuid = (ctypes.c_uint8 * 16)()
+        fds = (ctypes.c_int * capacity)()
+        sizes = (ctypes.c_size_t * capacity)()
+        count, offset, nbytes = ctypes.c_size_t(0), ctypes.c_size_t(0), ctypes.c_size_t(0)
+        status = lib.tidepool_export_memory(ctypes.c_void_p(ptr), uuid, fds, sizes, capacity, ctypes.byref(count),
+                                            ctypes.byref(offset), ctypes.byref(nbytes))
+        if status == _errors.INVALID_ARGUMENT and count.value > capacity:
+            capacity = count.value  # nothing was opened: ask again with room for all
+            continue
+        _library.check(status)
+        n = count.value
+        return ExportedMemory(bytes(uuid), fds[:n], sizes[:n], offset.value, nbytes.value)
+
+
+class ImportedMemory:
+    """Device memory another process exported, mapped here: `ptr` (an int), `bytes`, `device`
+    (this process's ordinal of the GPU). Exposes `__cuda_array_interface__` (bytes, unsigned
+    8-bit), so cupy.asarray(memory) and torch.as_tensor(memory) view it without a copy and keep
+    it mapped while they live. close() (or collection, or `with`) unmaps it once the device's
+    queued work is done, and tells the sender this process let go."""
+
+    def __init__(self, device_uuid, fds, handle_sizes, offset, nbytes, keep_alive_fd=-1):
+        lib = _library.load()
+        _ensure_descriptor_room()
+        count = len(fds)
+        uuid = (ctypes.c_uint8 * 16)(*bytes(device_uuid))
+        fd_array = (ctypes.c_int * max(count, 1))(*fds)
+        size_array = (ctypes.c_size_t * max(count, 1))(*handle_sizes)
+        ptr = ctypes.c_void_p(0)
+        device = ctypes.c_int(-1)
+        self.ptr = 0
+        self._keep_alive_fd = -1
+        _library.check(lib.tidepool_import_memory(uuid, fd_array, size_array, count, offset, nbytes,
+                                                  ctypes.byref(ptr), ctypes.byref(device)))
+        self._keep_alive_fd = keep_alive_fd  # this object closes it from now on
+        self.ptr = ptr.value
+        self.bytes = nbytes
+        self.device = device.value
+
+    @property
+    def __cuda_array_interface__(self):
+        if not self.ptr:
+            raise ValueError("tidepool.ImportedMemory: closed")
+        return {"shape": (self.bytes,), "typestr": "|u1", "data": (self.ptr, False), "version": 3,
+                "strides": None}
+
+    def close(self):
+        ptr, self.ptr = self.ptr, 0
+        if ptr:
+            _library.check(_library.load().tidepool_close_imported_memory(ctypes.c_void_p(ptr)))
+        fd, self._keep_alive_fd = self._keep_alive_fd, -1
+        if fd >= 0:
+            os.close(fd)  # the sender's watch sees this receiver let go
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001  (collection at exit: the library may be gone)
+            pass
+
+    def __repr__(self):
+        state = f"{self.bytes} bytes at {self.ptr:#x} on device {self.device}" if self.ptr else "closed"
+        return f"tidepool.ImportedMemory({state})"
+
+
+def imported_bytes():
+    """Bytes of other processes' memory this process maps now (whole handles)."""
+    out = ctypes.c_size_t(0)
+    _library.check(_library.load().tidepool_imported_bytes(ctypes.byref(out)))
+    return out.value
+
+
+class _Watch:
+    """The sender's side: objects kept alive for receivers, each until the read end of its pipe
+    reports that every write end (the receivers', and the MemoryShare's own) is closed. One
+    daemon thread polls all the pipes."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._kept = {}  # read end -> what it keeps alive
+        self._thread = None
+        self._wake_read = self._wake_write = -1
+
+    def keep(self, read_end, kept):
+        with self._lock:
+            self._kept[read_end] = kept
+            if self._thread is None:
+                self._wake_read, self._wake_write = os.pipe()
+                self._thread = threading.Thread(target=self._run, name="tidepool-ipc-watch", daemon=True)
+                self._thread.start()
+            else:
+                os.write(self._wake_write, b"+")
+
+    def count(self):
+        with self._lock:
+            return len(self._kept)
+
+    def _run(self):
+        poller = select.poll()
+        poller.register(self._wake_read, select.POLLIN)
+        watched = set()
+        while True:
+            with self._lock:
+                for fd in self._kept.keys() - watched:
+                    poller.register(fd, select.POLLIN | select.POLLHUP)
+                    watched.add(fd)
+            for fd, _ in poller.poll():
+                if fd == self._wake_read:
+                    os.read(fd, 4096)
+                    continue
+                # Nothing is ever written: readable means end of file, every write end closed.
+                poller.unregister(fd)
+                watched.discard(fd)
+                with self._lock:
+                    kept = self._kept.pop(fd, None)
+                os.close(fd)
+                del kept  # the allocation may be freed now (outside the lock: a free may run here)
+
+    def forget_in_child(self):
+        """After fork: the child has no watcher thread and keeps nothing for the parent's sends."""
+        self._lock = threading.Lock()
+        self._kept = {}
+        self._thread = None
+        self._wake_read = self._wake_write = -1
+
+
+_watch = _Watch()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_watch.forget_in_child)
+
+
+def kept_for_other_processes():
+    """How many shared allocations this process keeps alive now because a receiver may still map
+    them."""
+    return _watch.count()
+
+
+class MemoryShare:
+    """A live tidepool allocation ready to be sent to other processes through multiprocessing
+    (share_memory). Pickled, it becomes an ImportedMemory in the process that unpickles it; it may
+    be sent to several. `keep` stays alive in this process until this object is gone and every
+    receiver has closed its ImportedMemory (or exited)."""
+
+    def __init__(self, ptr, keep=None):
+        self._exported = export_memory(ptr)
+        self._keep_alive = -1
+        read_end, self._keep_alive = os.pipe()
+        _watch.keep(read_end, keep)
+
+    @property
+    def bytes(self):
+        return self._exported.bytes
+
+    def __reduce__(self):
+        from multiprocessing.reduction import DupFd
+
+        if self._keep_alive < 0:
+            raise ValueError("tidepool.MemoryShare: closed")
+        e = self._exported
+        # DupFd is made while pickling, so it picks the way the receiver gets each descriptor:
+        # with a child's arguments, or else from this process's resource sharer on request.
+        return (_receive, (e.device_uuid, [DupFd(fd) for fd in e.fds], e.handle_sizes, e.offset, e.bytes,
+                           DupFd(self._keep_alive)))
+
+    def close(self):
+        """Closes this process's descriptors; receivers that got it keep theirs."""
+        self._exported.close()
+        fd, self._keep_alive = self._keep_alive, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self):
+        self.close()
+
+
+def _receive(device_uuid, fds, handle_sizes, offset, nbytes, keep_alive):
+    descriptors = [fd.detach() for fd in fds]
+    try:
+        keep_alive_fd = keep_alive.detach()
+        try:
+            return ImportedMemory(device_uuid, descriptors, handle_sizes, offset, nbytes, keep_alive_fd)
+        except BaseException:
+            os.close(keep_alive_fd)
+            raise
+    finally:
+        for fd in descriptors:
+            os.close(fd)
+
+
+def share_memory(ptr, keep=None):
+    """Makes the live tidepool allocation at `ptr` (an int) sendable to other processes: returns
+    a MemoryShare, which pickled through multiprocessing arrives as an ImportedMemory of the same
+    bytes. Pass the object that owns the allocation as `keep` (a tensor, an array): it stays alive
+    here until every receiver is done, so the memory is not freed and handed out again under
+    them. Raises TidepoolError as export_memory does."""
+    return MemoryShare(ptr, keep)
