@@ -7,7 +7,8 @@ torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: 
 the script calls import_cudnn(); a Tensor over a given pointer, with record_stream, beside a Stream
 over a given handle; torch.cuda.memory's statistics, whose C++ calls refuse pluggable allocators,
 its per-process memory fraction, which they drop, its history and snapshots, refused,
-UntypedStorage._share_cuda_, refused, and use_mem_pool). `SOURCE` is prepended to a script run in
+UntypedStorage._share_cuda_, refused, use_mem_pool, and torch.multiprocessing's reduction of
+tensors with what the rebuild of a received one calls). `SOURCE` is prepended to a script run in
 a fresh interpreter (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu).
 run_with_stand_in() runs a script after it and returns the JSON the script printed last."""
@@ -69,24 +70,68 @@ class Stream:
     # stream_id, device_index and device_type (the stand-in's stream ids are the handles).
     def __init__(self, handle=None, stream_id=None, device_index=None, device_type=None):
         self.cuda_stream = handle if handle is not None else stream_id
+    def synchronize(self):
+        calls["stream_synchronize"] = calls.get("stream_synchronize", 0) + 1
 class GenericStream:  # torch.Stream: no cuda_stream
     def __init__(self, stream_id, device_index=0):
         self.stream_id, self.device_index, self.device_type = stream_id, device_index, 1
 class _Storage:
-    def __init__(self, pointer):
-        self._pointer = pointer
+    def __init__(self, pointer, nbytes=0, keep=None):
+        self._pointer, self._nbytes, self._keep = pointer, nbytes, keep
     def data_ptr(self):
         return self._pointer
+    def nbytes(self):
+        return self._nbytes
 class Tensor:
-    def __init__(self, pointer, device=0, device_type="cuda"):
-        self._storage = _Storage(pointer)
+    # A tensor over `nbytes` bytes at `pointer` (uint8, one dimension), as far as
+    # torch.multiprocessing's reduction and the rebuild of a received tensor look at it.
+    def __init__(self, pointer, device=0, device_type="cuda", nbytes=0, keep=None):
+        self._storage = _Storage(pointer, nbytes, keep)
         self.device = types.SimpleNamespace(type=device_type,
                                             index=device if device_type == "cuda" else None)
+        self.is_cuda = device_type == "cuda"
+        self.requires_grad, self.is_leaf, self.dtype = False, True, "uint8"
+        self.shape, self._stride, self._offset = (nbytes,), (1,), 0
     def untyped_storage(self):
         return self._storage
+    def stride(self):
+        return self._stride
+    def storage_offset(self):
+        return self._offset
+    def set_(self, storage, offset, shape, stride):
+        self._storage, self._offset, self.shape, self._stride = storage, offset, tuple(shape), tuple(stride)
+        return self
+    def requires_grad_(self, flag=True):
+        self.requires_grad = flag
+        return self
     def record_stream(self, stream):
         recorded_by_pytorch.append((self._storage.data_ptr(), getattr(stream, "cuda_stream", None)))
 torch.Tensor = Tensor
+def as_tensor(obj, device=None):  # over __cuda_array_interface__, keeping `obj` as PyTorch does
+    interface = obj.__cuda_array_interface__
+    return Tensor(interface["data"][0], nbytes=interface["shape"][0], keep=obj)
+torch.as_tensor = as_tensor
+torch.empty = lambda shape, dtype=None, device=None: Tensor(0, device=getattr(device, "index", 0))
+torch.nn = types.ModuleType("torch.nn")
+torch.nn.Parameter = type("Parameter", (Tensor,), {})
+# torch.multiprocessing's reductions as PyTorch 2.11 has them: importing it registers
+# reduce_tensor with multiprocessing's ForkingPickler; PyTorch's own way for CUDA storages is
+# UntypedStorage._share_cuda_ (refused below), marked here by what it pickles to.
+torch.multiprocessing = types.ModuleType("torch.multiprocessing")
+torch.multiprocessing.reductions = types.ModuleType("torch.multiprocessing.reductions")
+def _pytorchs_rebuild(pointer):
+    return ("rebuilt by PyTorch's reduction", pointer)
+def _pytorchs_reduce_tensor(tensor):
+    return (_pytorchs_rebuild, (tensor.untyped_storage().data_ptr(),))
+def init_reductions():
+    from multiprocessing.reduction import ForkingPickler
+    ForkingPickler.register(Tensor, torch.multiprocessing.reductions.reduce_tensor)
+torch.multiprocessing.reductions.reduce_tensor = _pytorchs_reduce_tensor
+torch.multiprocessing.reductions.init_reductions = init_reductions
+torch.multiprocessing.reductions._pytorchs_rebuild = _pytorchs_rebuild
+sys.modules["torch.multiprocessing"] = torch.multiprocessing
+sys.modules["torch.multiprocessing.reductions"] = torch.multiprocessing.reductions
+init_reductions()
 # torch/cuda/memory.py's statistics, as PyTorch 2.11 has them: every reader goes through
 # memory_stats_as_nested_dict (looked up in the module at each call), and the C++ calls behind it
 # and behind reset_peak_memory_stats refuse a pluggable allocator.
@@ -183,10 +228,10 @@ def use_mem_pool(pool, device=None):
     yield
 torch.cuda.memory.use_mem_pool = use_mem_pool
 torch.cuda.use_mem_pool = use_mem_pool
-class device:  # torch.device over "cuda" or "cuda:N"
-    def __init__(self, spec):
-        kind, _, index = str(spec).partition(":")
-        self.type, self.index = kind, int(index) if index else None
+class device:  # torch.device over "cuda", "cuda:N" or ("cuda", N)
+    def __init__(self, spec, index=None):
+        kind, _, text = str(spec).partition(":")
+        self.type, self.index = kind, int(text) if text else index
 torch.device = device
 torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(total_memory=1 << 30)
 torch.cuda.is_initialized = lambda: True
@@ -245,6 +290,7 @@ torch._inductor.config.triton = types.SimpleNamespace(cudagraph_trees=True)
 sys.modules["torch._inductor"] = torch._inductor
 sys.modules["torch._inductor.config"] = torch._inductor.config
 sys.modules["torch"] = torch
+sys.modules["torch.nn"] = torch.nn
 sys.modules["torch._C"] = torch._C
 sys.modules["torch.cuda"] = torch.cuda
 sys.modules["torch.cuda.memory"] = torch.cuda.memory

@@ -22,6 +22,7 @@ import ctypes
 import os
 import select
 import threading
+import weakref
 
 from . import _arguments, _errors, _library
 
@@ -122,6 +123,7 @@ class ImportedMemory:
         self.ptr = ptr.value
         self.bytes = nbytes
         self.device = device.value
+        _imported[self.ptr] = self
 
     @property
     def __cuda_array_interface__(self):
@@ -133,6 +135,7 @@ class ImportedMemory:
     def close(self):
         ptr, self.ptr = self.ptr, 0
         if ptr:
+            _imported.pop(ptr, None)
             _library.check(_library.load().tidepool_close_imported_memory(ctypes.c_void_p(ptr)))
         fd, self._keep_alive_fd = self._keep_alive_fd, -1
         if fd >= 0:
@@ -153,6 +156,15 @@ class ImportedMemory:
     def __repr__(self):
         state = f"{self.bytes} bytes at {self.ptr:#x} on device {self.device}" if self.ptr else "closed"
         return f"tidepool.ImportedMemory({state})"
+
+
+# The ImportedMemory objects alive in this process, by pointer (is_imported).
+_imported = weakref.WeakValueDictionary()
+
+
+def is_imported(ptr):
+    """Whether `ptr` is the first byte of memory this process imported and has not closed."""
+    return ptr in _imported
 
 
 def imported_bytes():

@@ -24,8 +24,10 @@ torch.cuda.memory._record_memory_history(), _snapshot(), _dump_snapshot() and
 torch.cuda.memory_snapshot(), refused too, record and snapshot tidepool's memory for
 pytorch.org/memory_viz (_torch_memory_history.py). cuDNN's benchmark mode, which asks the
 allocator a question PyTorch refuses for pluggable allocators, is kept off with one warning
-(_torch_cudnn.py). Sending a CUDA tensor to another process (torch.multiprocessing, CUDA IPC) is
-refused with an error saying why (_torch_ipc.py).
+(_torch_cudnn.py). CUDA tensors sent to another process through torch.multiprocessing (CUDA IPC,
+which the pluggable interface refuses) go through tidepool.share_memory: the receiver maps the
+sender's memory, waits for the work that wrote it, and the sender keeps it until the receiver lets
+go (_torch_ipc.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 
@@ -109,7 +111,7 @@ def use():
     _torch_stats.answer_memory_statistics(torch)
     _torch_memory_fraction.follow_memory_fraction(torch)
     _torch_memory_history.answer_memory_history(torch)
-    _torch_ipc.refuse_cuda_ipc_clearly(torch)
+    _torch_ipc.share_cuda_tensors(torch)
     _torch_mem_pools.route_tag_pools(torch)
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:
