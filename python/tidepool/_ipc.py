@@ -9,9 +9,9 @@ it).
     array = cupy.asarray(memory).view(cupy.float32)   # the sender's bytes, no copy
 
 A MemoryShare travels by pickling through multiprocessing (queues, pipes, a child's arguments):
-each physical handle under the allocation goes as a file descriptor
-(multiprocessing.reduction.DupFd), and with them the write end of a pipe whose read end the
-sender watches. A receiver keeps its write end open while it maps the memory, and the process's
+each physical handle under the allocation goes as a file descriptor (all of them over one
+connection to this process's resource sharer, as multiprocessing.reduction.DupFd sends one), and
+with them the write end of a pipe whose read end the sender watches. A receiver keeps its write end open while it maps the memory, and the process's
 death closes it too, so the sender learns when every receiver is done without any message: a
 thread of its own then drops `keep`, and the allocation may be freed and reused. This is the job
 PyTorch's IPC reference counter file does for its own allocator. tidepool.torch.use() sends CUDA
@@ -256,15 +256,11 @@ class MemoryShare:
         return self._exported.bytes
 
     def __reduce__(self):
-        from multiprocessing.reduction import DupFd
-
         if self._keep_alive < 0:
             raise ValueError("tidepool.MemoryShare: closed")
         e = self._exported
-        # DupFd is made while pickling, so it picks the way the receiver gets each descriptor:
-        # with a child's arguments, or else from this process's resource sharer on request.
-        return (_receive, (e.device_uuid, [DupFd(fd) for fd in e.fds], e.handle_sizes, e.offset, e.bytes,
-                           DupFd(self._keep_alive)))
+        return (_receive, (e.device_uuid, _Descriptors(e.fds + [self._keep_alive]), e.handle_sizes, e.offset,
+                           e.bytes))
 
     def close(self):
         """Closes this process's descriptors; receivers that got it keep theirs."""
@@ -277,17 +273,68 @@ class MemoryShare:
         self.close()
 
 
-def _receive(device_uuid, fds, handle_sizes, offset, nbytes, keep_alive):
-    descriptors = [fd.detach() for fd in fds]
+class _Descriptors:
+    """File descriptors that travel pickled, all at once. Made while pickling, it picks the way
+    the receiver gets them, as multiprocessing.reduction.DupFd does for one: with the arguments of
+    a child being spawned, or else from this process's resource sharer on request, but over one
+    connection for all (SCM_RIGHTS messages of at most 253), where DupFd makes one each."""
+
+    _PER_MESSAGE = 253  # SCM_MAX_FD on Linux
+
+    def __init__(self, fds):
+        from multiprocessing import context
+
+        self.count = len(fds)
+        popen = context.get_spawning_popen()
+        if popen is not None:
+            self._fds = [popen.duplicate_for_child(fd) for fd in fds]
+            self._id = None
+            return
+        from multiprocessing import resource_sharer
+
+        copies = [os.dup(fd) for fd in fds]
+
+        def send(connection, pid):
+            import socket
+            from multiprocessing import reduction
+
+            with socket.fromfd(connection.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                for first in range(0, len(copies), self._PER_MESSAGE):
+                    reduction.sendfds(sock, copies[first:first + self._PER_MESSAGE])
+
+        def close():
+            for fd in copies:
+                os.close(fd)
+
+        self._fds = None
+        self._id = resource_sharer._resource_sharer.register(send, close)
+
+    def detach(self):
+        """The descriptors, this process's own now (the caller closes them)."""
+        if self._id is None:
+            return list(self._fds)
+        import socket
+        from multiprocessing import reduction, resource_sharer
+
+        received = []
+        with resource_sharer._resource_sharer.get_connection(self._id) as connection:
+            with socket.fromfd(connection.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                while len(received) < self.count:
+                    received += reduction.recvfds(sock, min(self._PER_MESSAGE, self.count - len(received)))
+        return received
+
+
+def _receive(device_uuid, descriptors, handle_sizes, offset, nbytes):
+    fds = descriptors.detach()
+    keep_alive_fd = fds.pop()  # the last one: the write end of the sender's watched pipe
     try:
-        keep_alive_fd = keep_alive.detach()
         try:
-            return ImportedMemory(device_uuid, descriptors, handle_sizes, offset, nbytes, keep_alive_fd)
+            return ImportedMemory(device_uuid, fds, handle_sizes, offset, nbytes, keep_alive_fd)
         except BaseException:
             os.close(keep_alive_fd)
             raise
     finally:
-        for fd in descriptors:
+        for fd in fds:
             os.close(fd)
 
 

@@ -120,6 +120,9 @@ class driver_calls {
     return counted(driver_call::copy_to_device, bytes,
                    [&] { return driver_.copy_to_device(device_, destination, source, bytes, stream); });
   }
+  driver_status mem_export(physical_handle handle, int* fd) {
+    return counted(driver_call::mem_export, 0, [&] { return driver_.mem_export(device_, handle, fd); });
+  }
   std::size_t trim_async_pools() {
     return counted(driver_call::async_pool_trim, 0, [&] { return driver_.trim_async_pools(device_); });
   }

@@ -15,6 +15,9 @@
 // of one is placement.cpp's; the measured frontier is in docs/RESULTS.md.
 #include "core/page_table.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/units.hpp"
@@ -143,6 +146,27 @@ void page_table::count_live(std::uint32_t id, device_address address, int change
   }
 }
 
+driver_status page_table::export_handle(std::uint32_t id, int* fd) {
+  handle_record& h = handles_[id];
+  if (h.export_fd < 0) {
+    int exported = -1;
+    const driver_status status = calls_.mem_export(h.handle, &exported);
+    if (status != driver_status::success) return status;
+    h.export_fd = exported;
+  }
+  *fd = ::fcntl(h.export_fd, F_DUPFD_CLOEXEC, 0);
+  return *fd >= 0 ? driver_status::success : driver_status::error;
+}
+
+namespace {
+
+void close_export(page_table::handle_record& h) noexcept {
+  if (h.export_fd >= 0) ::close(h.export_fd);
+  h.export_fd = -1;
+}
+
+}  // namespace
+
 driver_status page_table::release(std::uint32_t id) {
   handle_record& h = handles_[id];
   const driver_status status = calls_.mem_release(h.handle, h.size);
@@ -150,6 +174,7 @@ driver_status page_table::release(std::uint32_t id) {
     if (std::find(unreleased_.begin(), unreleased_.end(), id) == unreleased_.end()) unreleased_.push_back(id);
     return status;
   }
+  close_export(h);
   remove_held(h.size);
   h = handle_record{};
   free_ids_.push_back(id);
@@ -227,6 +252,7 @@ driver_status page_table::sleep_handle(std::uint32_t id, bool& remapped) {
     }
     return status;
   }
+  close_export(h);
   remove_held(h.size);
   h.handle = 0;
   return driver_status::success;

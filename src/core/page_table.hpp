@@ -59,6 +59,9 @@ class page_table {
     std::uint32_t live_first = 0;
     std::uint32_t freed_slot = 0;
     std::uint64_t freed_sequence = 0;
+    // The handle's first export (pool::export_allocation), kept open while the handle lives:
+    // the driver's export costs hundreds of microseconds, a copy of the descriptor next to none.
+    int export_fd = -1;
   };
 
   page_table(driver_calls& calls, std::size_t granularity) : calls_(calls), granularity_(granularity) {}
@@ -69,6 +72,9 @@ class page_table {
   driver_status map(std::uint32_t id, address_range& range, device_address at);
   /// Unmaps handle `id` (the caller knows no queued work uses it); it must have no aliases.
   driver_status unmap(std::uint32_t id);
+  /// A new descriptor through which another process can import handle `id` (the caller closes
+  /// it): a copy of the one the handle's first export made, kept until the handle is released.
+  driver_status export_handle(std::uint32_t id, int* fd);
 
   // --- aliases (pool_options::alias_free_handles) ---
   /// Maps handle `id`, already mapped, a further time at `at` in `range`.

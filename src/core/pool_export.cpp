@@ -5,7 +5,8 @@
 // process maps the handles side by side in a range of its own (process/ipc_imports.cpp) and so
 // sees the block at the same offset. The pool's lock is held throughout: the handles under a live
 // block are never split, stolen or released, but the lock also keeps a concurrent free of the
-// block (a program's mistake) from racing the walk.
+// block (a program's mistake) from racing the walk. Each handle's first export is kept open by the
+// page table (page_table::export_handle), so sending the same weights again costs no driver call.
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,11 +47,10 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
   bool first = true;
   while (at < end) {
     const std::uint32_t id = range.page_handle[(at - range.base) / g];
-    const page_table::handle_record& h = pages_.record(id);
+    const std::size_t handle_size = pages_.record(id).size;
     const device_address start = pages_.mapping_start(id, at);
     int fd = -1;
-    const driver_status status =
-        calls_.counted(driver_call::mem_export, 0, [&] { return driver_->mem_export(device_, h.handle, &fd); });
+    const driver_status status = pages_.export_handle(id, &fd);
     if (status != driver_status::success) {
       close_all();
       if (status == driver_status::not_supported) {
@@ -65,8 +65,8 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
     if (first) out.offset = static_cast<std::size_t>(b->address - start);
     first = false;
     out.fds.push_back(fd);
-    out.handle_sizes.push_back(h.size);
-    at = start + h.size;
+    out.handle_sizes.push_back(handle_size);
+    at = start + handle_size;
   }
   return out;
 }

@@ -1,8 +1,8 @@
 // Memory shared between processes through the C API (CUDA IPC of tidepool's virtual memory), on
 // the simulated GPU backed by host memory, where an exported handle is a memory file and an
 // import maps the same bytes: what the exporter wrote is what the importer reads, and the other
-// way round; the import outlives the exporter's free and release; bad input gets a clear status
-// and leaves nothing open or mapped.
+// way round; the import outlives the exporter's free and release; a handle goes to the driver's
+// export once; bad input gets a clear status and leaves nothing open or mapped.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -153,7 +153,34 @@ TEST_F(CApiIpc, BadExportsAreRefusedAndOpenNothing) {
   free(p);
   exported freed;
   EXPECT_EQ(freed.from(p), TIDEPOOL_DOUBLE_FREE) << last_error();
-  EXPECT_EQ(open_descriptors(), open_before);
+  // Nothing is left open but each handle's first export, which stays while the handle lives (the
+  // next export costs no driver call: AHandleIsExportedByTheDriverOnceWhileItLives).
+  EXPECT_EQ(open_descriptors(), open_before + count);
+}
+
+TEST_F(CApiIpc, AHandleIsExportedByTheDriverOnceWhileItLives) {
+  sim_driver& sim = host_backed();
+  const std::size_t open_before = open_descriptors();
+  void* p = allocate(6 * MiB);
+  const auto exports = [&sim] { return sim.call_counts().of(driver_call::mem_export); };
+  const std::uint64_t before = exports();
+  for (int i = 0; i < 3; ++i) {
+    exported e;
+    ASSERT_EQ(e.from(p), TIDEPOOL_SUCCESS) << last_error();
+    void* view = nullptr;
+    ASSERT_EQ(e.import(&view), TIDEPOOL_SUCCESS) << last_error();
+    EXPECT_EQ(tidepool_close_imported_memory(view), TIDEPOOL_SUCCESS);
+  }
+  EXPECT_EQ(exports() - before, 1u) << "one handle under the allocation";
+  free(p);
+  size_t released = 0;
+  ASSERT_EQ(tidepool_release_cached_memory(&released), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(open_descriptors(), open_before) << "the kept export closes with its handle";
+  void* q = allocate(6 * MiB);  // a new handle: exported anew
+  exported e;
+  ASSERT_EQ(e.from(q), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(exports() - before, 2u);
+  free(q);
 }
 
 TEST_F(CApiIpc, BadImportsAreRefusedAndMapNothing) {

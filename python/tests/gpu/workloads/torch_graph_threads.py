@@ -1,6 +1,9 @@
 """Two threads capturing `torch.cuda.graph`s at the same time, each with its own PyTorch pool (a
-server capturing per model or per GPU in threads). The threads go through their layers in lock
-step, so each frees intermediates while the other allocates. Prints, as JSON, how many bytes of
+server capturing per model or per GPU in threads). As a captured backward pass does on PyTorch's
+autograd thread, each capture's work runs on a helper thread that entered no graph pool, so only
+the pool given to the capture (or the all-threads default) says where its memory comes from. The
+helpers go through their layers in lock step, so each frees intermediates while the other
+allocates. Prints, as JSON, how many bytes of
 one thread's captured tensors lie on addresses the other thread's captured tensors used (0 when
 each capture keeps to its own pool), and whether both graphs, replayed at the same time on two
 streams many times, give eager results. `mode`:
@@ -62,14 +65,32 @@ class Capture:
 
     def capture(self, step):
         try:
-            with torch.cuda.stream(self.stream):  # warm-up on the capture stream (cuBLAS handles)
-                forward(self.weights, self.input)
+            # Warm-up on the capture stream from a helper, as the capture runs (cuBLAS handles).
+            warm = threading.Thread(target=self.warm_up)
+            warm.start()
+            warm.join()
             self.stream.synchronize()
             step.wait()
             with torch.cuda.graph(self.graph, pool=self.pool, stream=self.stream,
-                                  capture_error_mode="thread_local"):
-                self.output = forward(self.weights, self.input, step, self.used)
+                                  capture_error_mode="relaxed"):
+                helper = threading.Thread(target=self.forward_on_helper, args=(step,))
+                helper.start()
+                helper.join()
+            if self.error:
+                raise RuntimeError(self.error)
         except BaseException as error:  # reported, and the other thread let go
+            self.error = repr(error)
+            step.abort()
+
+    def warm_up(self):
+        with torch.cuda.stream(self.stream):
+            forward(self.weights, self.input)
+
+    def forward_on_helper(self, step):
+        try:
+            with torch.cuda.stream(self.stream):
+                self.output = forward(self.weights, self.input, step, self.used)
+        except BaseException as error:  # noqa: BLE001  (reported by the capturing thread)
             self.error = repr(error)
             step.abort()
 
