@@ -88,6 +88,15 @@ def test_cuda_tensors_sent_through_torch_multiprocessing_arrive_over_the_senders
         assert r[pair]["kept_while_received"] >= 1 and r[pair]["kept_after_release"] == 0, r[pair]
 
 
+def test_a_cupy_array_shared_with_another_process_through_tidepool():
+    require("cupy")
+    r = run_workload("cupy_ipc.py")
+    assert r["received"]["sum"] == r["expected_sum"] and r["received"]["bytes"] == (10 * MiB + 3) * 4, r
+    assert r["child_wrote"] and r["parent_reads_write"], r
+    assert r["kept_after_parent_dropped_it"] and not r["reused_while_shared"], r
+    assert r["child_closed"] and r["dropped_after_child_closed"] and r["child_exit"] == 0, r
+
+
 def test_torch_memory_statistics_answer_from_tidepool():
     require("torch")
     r = run_workload("torch_memory_stats.py")
