@@ -105,6 +105,9 @@ def test_captures_overlapping_on_two_threads_each_keep_to_their_own_pool():
         assert figures["concurrent_rounds_matching_eager"] == figures["concurrent_rounds"], r
     pools = r["tidepool"]["graph_pools"]
     assert 0 not in pools and pools[0] != pools[1], r
+    # The first capture's memory was in its own graph pool: it comes back with its graph.
+    mapped = r["tidepool"]
+    assert mapped["kept_bytes_before"] - mapped["kept_bytes_after_first_graph_destroyed"] >= 16 * MiB, r
     # Without the pool given to each capture, the two captures' memory mixes (a figure printed by
     # pytest -s, the hazard the test above is about).
     print("captures on two threads:", r)

@@ -3,7 +3,8 @@ server capturing per model or per GPU in threads). As a captured backward pass d
 autograd thread, each capture's work runs on a helper thread that entered no graph pool, so only
 the pool given to the capture (or the all-threads default) says where its memory comes from. The
 helpers go through their layers in lock step, so each frees intermediates while the other
-allocates. Prints, as JSON, how many bytes of
+allocates. Prints, as JSON, the graph memory tidepool keeps before and after the first capture's
+graph is destroyed (it comes back only if it was in that capture's own graph pool), how many bytes of
 one thread's captured tensors lie on addresses the other thread's captured tensors used (0 when
 each capture keeps to its own pool), and whether both graphs, replayed at the same time on two
 streams many times, give eager results. `mode`:
@@ -14,8 +15,10 @@ streams many times, give eager results. `mode`:
                        captures allocate: what use() did before captures were given their pool
 """
 
+import gc
 import sys
 import threading
+import time
 
 import torch
 
@@ -88,6 +91,7 @@ class Capture:
 
     def forward_on_helper(self, step):
         try:
+            step.wait()  # both captures have begun before either allocates
             with torch.cuda.stream(self.stream):
                 self.output = forward(self.weights, self.input, step, self.used)
         except BaseException as error:  # noqa: BLE001  (reported by the capturing thread)
@@ -132,4 +136,16 @@ if not errors:
     result["concurrent_rounds_matching_eager"] = sum(matched)
     if mode.startswith("tidepool"):
         result["graph_pools"] = [tidepool.torch.graph_pool_of(c.pool) for c in captures]
+        # The first capture's graph destroyed: its memory comes back only if it was kept in its
+        # own graph pool, not in the other capture's, whose graph still lives.
+        torch.cuda.synchronize()
+        kept_before, graphs_before = tidepool.stats().graph_kept_bytes, tidepool.stats().graphs
+        first.graph = first.output = None
+        gc.collect()
+        for _ in range(1000):
+            if tidepool.stats().graphs < graphs_before:
+                break
+            time.sleep(0.001)
+        result["kept_bytes_before"] = kept_before
+        result["kept_bytes_after_first_graph_destroyed"] = tidepool.stats().graph_kept_bytes
 emit(result)
