@@ -9,8 +9,7 @@ it).
     array = cupy.asarray(memory).view(cupy.float32)   # the sender's bytes, no copy
 
 A MemoryShare travels by pickling through multiprocessing (queues, pipes, a child's arguments):
-each physical handle under the allocation goes as a file descriptor (all of them over one
-connection to this process's resource sharer, as multiprocessing.reduction.DupFd sends one), and
+each physical handle under the allocation goes as a file descriptor (_ipc_descriptors.py), and
 with them the write end of a pipe whose read end the sender watches. A receiver keeps its write end open while it maps the memory, and the process's
 death closes it too, so the sender learns when every receiver is done without any message: a
 thread of its own then drops `keep`, and the allocation may be freed and reused. This is the job
@@ -25,6 +24,7 @@ import threading
 import weakref
 
 from . import _arguments, _errors, _library
+from ._ipc_descriptors import Descriptors
 
 _first_capacity = 64  # handles under one allocation asked for first; more on a second try
 
@@ -184,6 +184,7 @@ class _Watch:
         self._kept = {}  # read end -> what it keeps alive
         self._thread = None
         self._wake_read = self._wake_write = -1
+        self._wake_pending = False
 
     def keep(self, read_end, kept):
         with self._lock:
@@ -192,7 +193,9 @@ class _Watch:
                 self._wake_read, self._wake_write = os.pipe()
                 self._thread = threading.Thread(target=self._run, name="tidepool-ipc-watch", daemon=True)
                 self._thread.start()
-            else:
+            elif not self._wake_pending:
+                # One wake for a burst of sends (a model's tensors): the thread takes them all.
+                self._wake_pending = True
                 os.write(self._wake_write, b"+")
 
     def count(self):
@@ -205,6 +208,7 @@ class _Watch:
         watched = set()
         while True:
             with self._lock:
+                self._wake_pending = False
                 for fd in self._kept.keys() - watched:
                     poller.register(fd, select.POLLIN | select.POLLHUP)
                     watched.add(fd)
@@ -226,6 +230,7 @@ class _Watch:
         self._kept = {}
         self._thread = None
         self._wake_read = self._wake_write = -1
+        self._wake_pending = False
 
 
 _watch = _Watch()
@@ -259,7 +264,7 @@ class MemoryShare:
         if self._keep_alive < 0:
             raise ValueError("tidepool.MemoryShare: closed")
         e = self._exported
-        return (_receive, (e.device_uuid, _Descriptors(e.fds + [self._keep_alive]), e.handle_sizes, e.offset,
+        return (_receive, (e.device_uuid, Descriptors(e.fds + [self._keep_alive]), e.handle_sizes, e.offset,
                            e.bytes))
 
     def close(self):
@@ -271,57 +276,6 @@ class MemoryShare:
 
     def __del__(self):
         self.close()
-
-
-class _Descriptors:
-    """File descriptors that travel pickled, all at once. Made while pickling, it picks the way
-    the receiver gets them, as multiprocessing.reduction.DupFd does for one: with the arguments of
-    a child being spawned, or else from this process's resource sharer on request, but over one
-    connection for all (SCM_RIGHTS messages of at most 253), where DupFd makes one each."""
-
-    _PER_MESSAGE = 253  # SCM_MAX_FD on Linux
-
-    def __init__(self, fds):
-        from multiprocessing import context
-
-        self.count = len(fds)
-        popen = context.get_spawning_popen()
-        if popen is not None:
-            self._fds = [popen.duplicate_for_child(fd) for fd in fds]
-            self._id = None
-            return
-        from multiprocessing import resource_sharer
-
-        copies = [os.dup(fd) for fd in fds]
-
-        def send(connection, pid):
-            import socket
-            from multiprocessing import reduction
-
-            with socket.fromfd(connection.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                for first in range(0, len(copies), self._PER_MESSAGE):
-                    reduction.sendfds(sock, copies[first:first + self._PER_MESSAGE])
-
-        def close():
-            for fd in copies:
-                os.close(fd)
-
-        self._fds = None
-        self._id = resource_sharer._resource_sharer.register(send, close)
-
-    def detach(self):
-        """The descriptors, this process's own now (the caller closes them)."""
-        if self._id is None:
-            return list(self._fds)
-        import socket
-        from multiprocessing import reduction, resource_sharer
-
-        received = []
-        with resource_sharer._resource_sharer.get_connection(self._id) as connection:
-            with socket.fromfd(connection.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                while len(received) < self.count:
-                    received += reduction.recvfds(sock, min(self._PER_MESSAGE, self.count - len(received)))
-        return received
 
 
 def _receive(device_uuid, descriptors, handle_sizes, offset, nbytes):
