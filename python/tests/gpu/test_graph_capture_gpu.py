@@ -108,6 +108,6 @@ def test_captures_overlapping_on_two_threads_each_keep_to_their_own_pool():
     # The first capture's memory was in its own graph pool: it comes back with its graph.
     mapped = r["tidepool"]
     assert mapped["kept_bytes_before"] - mapped["kept_bytes_after_first_graph_destroyed"] >= 16 * MiB, r
-    # Without the pool given to each capture, the two captures' memory mixes (a figure printed by
-    # pytest -s, the hazard the test above is about).
+    # Without the pool given to each capture ("tidepool-thread-only") the figures are printed, not
+    # checked: on the H200 they were the same (docs/RESULTS.md, "A graph pool given to the capture").
     print("captures on two threads:", r)
