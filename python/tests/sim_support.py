@@ -23,6 +23,19 @@ def sim_environment(**variables):
     return env
 
 
+# wait_for(condition), for the programs the tests run: true once condition() is, false after 5 s.
+WAIT_FOR_SOURCE = """
+import time
+
+def wait_for(condition):
+    for _ in range(500):
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+"""
+
+
 def run_script(source, **variables):
     """Runs `source` in a fresh interpreter on sim; returns its stdout. Fails the test with the
     child's output if it exits non-zero."""

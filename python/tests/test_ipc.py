@@ -12,14 +12,14 @@ import textwrap
 
 import pytest
 
-from sim_support import sim_environment
+from sim_support import WAIT_FOR_SOURCE, sim_environment
 
 
 def run_program(tmp_path, source, **variables):
     """Runs `source` as a script file (so multiprocessing can spawn children from it) on a
     host-backed sim; returns the JSON of its last line."""
     script = tmp_path / "program.py"
-    script.write_text(textwrap.dedent(source))
+    script.write_text(WAIT_FOR_SOURCE + textwrap.dedent(source))
     env = sim_environment(TIDEPOOL_SIM_HOST_MEMORY=1, TIDEPOOL_SIM_UUID="ipc-test", **variables)
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"program failed:\n{result.stdout}\n{result.stderr}"
@@ -44,12 +44,6 @@ def child(queue, answers, die):
     memory.close()
     answers.put(tidepool.imported_bytes())
 
-def wait_for(condition):
-    for _ in range(500):
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 class Owner:
     pass

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 
-from sim_support import sim_environment
+from sim_support import WAIT_FOR_SOURCE, sim_environment
 from torch_stand_in import SOURCE, run_with_stand_in
 
 PROGRAM = """
@@ -38,12 +38,6 @@ def child(queue, answers):
     gc.collect()
     answers.put(tidepool.imported_bytes())
 
-def wait_for(condition):
-    for _ in range(500):
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
 
 if __name__ == "__main__":
     r = {}
@@ -79,7 +73,7 @@ if __name__ == "__main__":
 
 def test_a_spawned_child_receives_a_cuda_tensor_over_the_senders_memory(tmp_path):
     script = tmp_path / "program.py"
-    script.write_text(SOURCE + textwrap.dedent(PROGRAM))
+    script.write_text(SOURCE + WAIT_FOR_SOURCE + textwrap.dedent(PROGRAM))
     env = sim_environment(TIDEPOOL_SIM_HOST_MEMORY=1, TIDEPOOL_SIM_UUID="torch-ipc-test")
     result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"program failed:\n{result.stdout}\n{result.stderr}"

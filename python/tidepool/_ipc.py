@@ -251,8 +251,8 @@ class MemoryShare:
     receiver has closed its ImportedMemory (or exited)."""
 
     def __init__(self, ptr, keep=None):
+        self._exported, self._keep_alive = None, -1  # what close() finds if the export fails
         self._exported = export_memory(ptr)
-        self._keep_alive = -1
         read_end, self._keep_alive = os.pipe()
         _watch.keep(read_end, keep)
 
@@ -269,7 +269,8 @@ class MemoryShare:
 
     def close(self):
         """Closes this process's descriptors; receivers that got it keep theirs."""
-        self._exported.close()
+        if self._exported is not None:
+            self._exported.close()
         fd, self._keep_alive = self._keep_alive, -1
         if fd >= 0:
             os.close(fd)
