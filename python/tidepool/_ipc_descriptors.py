@@ -96,8 +96,13 @@ def _client(address):
 
 
 def _forget_in_child():
-    """After fork: the parent's server thread and connections are not this process's."""
+    """After fork: the parent's server thread and connections are not this process's, and its
+    waiting copies would keep the memory they stand for alive here: closed."""
     global _server, _lock
+    if _server is not None:
+        for copies in _server._waiting.values():
+            for fd in copies:
+                os.close(fd)
     _lock = threading.Lock()
     _server = None
     _clients.clear()

@@ -2,7 +2,8 @@
 // pthread_atfork handlers that take the mutex and then each pool's locks (pool_impl::lock_for_fork:
 // the pool's, then its thread caches'). No thread holds two pools' locks at once, so their order
 // does not matter; the list's mutex is taken only to add or drop a pool, never under a pool's
-// lock. No allocation in the handlers.
+// lock. No allocation in the handlers. The child also closes the pools' kept exports of their
+// handles (memory shared with other processes), which would pin the memory there.
 #include "core/fork_safety.hpp"
 
 #include <pthread.h>
@@ -37,12 +38,18 @@ void unlock_every_pool() noexcept {
   list.mutex.unlock();
 }
 
+void unlock_every_pool_in_child() noexcept {
+  pool_list& list = live_pools();
+  for (pool_impl* p : list.pools) p->unlock_in_forked_child();
+  list.mutex.unlock();
+}
+
 }  // namespace
 
 void install_pool_fork_handlers() {
   static const bool installed = [] {
     (void)live_pools();  // made before any handler can run
-    return ::pthread_atfork(&lock_every_pool, &unlock_every_pool, &unlock_every_pool) == 0;
+    return ::pthread_atfork(&lock_every_pool, &unlock_every_pool, &unlock_every_pool_in_child) == 0;
   }();
   (void)installed;
 }

@@ -167,6 +167,10 @@ void close_export(page_table::handle_record& h) noexcept {
 
 }  // namespace
 
+void page_table::close_exports() noexcept {
+  for (handle_record& h : handles_) close_export(h);
+}
+
 driver_status page_table::release(std::uint32_t id) {
   handle_record& h = handles_[id];
   const driver_status status = calls_.mem_release(h.handle, h.size);

@@ -75,6 +75,9 @@ class page_table {
   /// A new descriptor through which another process can import handle `id` (the caller closes
   /// it): a copy of the one the handle's first export made, kept until the handle is released.
   driver_status export_handle(std::uint32_t id, int* fd);
+  /// Closes every kept export (a forked child's copies: open, each would pin its handle's memory
+  /// until the child exits, whatever the parent releases).
+  void close_exports() noexcept;
 
   // --- aliases (pool_options::alias_free_handles) ---
   /// Maps handle `id`, already mapped, a further time at `at` in `range`.

@@ -197,6 +197,12 @@ class pool_impl {
     for (const auto& c : caches_) c->lock().unlock();
     lock_.unlock();
   }
+  /// In a forked child: the kept exports are closed first (page_table::close_exports), since an
+  /// open one would keep its handle's memory alive after the parent released it.
+  void unlock_in_forked_child() noexcept {
+    pages_.close_exports();
+    unlock_after_fork();
+  }
   /// Whether an operation filled the buffer: the public pool then calls call_on_full() once the
   /// pool's lock is dropped. A relaxed load, so the fast path pays one read for it.
   [[nodiscard]] bool recording_full() const noexcept { return recording_full_.load(std::memory_order_relaxed); }

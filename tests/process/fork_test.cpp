@@ -1,7 +1,8 @@
 // fork() beside threads that use a pool (a data-loader forking workers while the training thread
 // allocates): the device's pool, its thread caches, a tag's pool and a pool the program made
-// itself are usable in the child, never a copy locked by a thread the child does not have. Not in
-// the ThreadSanitizer suite: it forks a multi-threaded process.
+// itself are usable in the child, never a copy locked by a thread the child does not have; the
+// child holds no copy of the pools' kept exports. Not in the ThreadSanitizer suite: it forks a
+// multi-threaded process.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +13,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "process/process_fixture.hpp"
@@ -126,6 +129,36 @@ TEST_F(fork_test, AChildForkedWhileAnotherThreadAllocatesFromATagsPoolCanUseIt) 
                                   pool& p = tag_pool("fork-test", 0);
                                   for (int k = 0; k < 10; ++k) p.deallocate(p.allocate(8192));
                                 });
+}
+
+// The descriptors a pool keeps for its exported handles (memory shared with other processes) are
+// closed in a forked child: open there, each would keep its handle's memory alive after the
+// parent released it. On sim without host backing an export is a memfd of its own.
+TEST_F(fork_test, AChildForkedAfterAnExportHoldsNoCopyOfIt) {
+  pool own(std::make_shared<sim_driver>(sim_config{}), 0);
+  void* p = own.allocate(4 * MiB);
+  const auto sim_exports_open = [] {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code error;
+      const auto target = std::filesystem::read_symlink(entry.path(), error).string();
+      if (target.find("tidepool-sim-handle") != std::string::npos) ++n;
+    }
+    return n;
+  };
+  const int before = sim_exports_open();
+  exported_allocation e = own.export_allocation(p);
+  for (const int fd : e.fds) ::close(fd);
+  ASSERT_EQ(sim_exports_open(), before + 1) << "the kept export";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(sim_exports_open() == before ? 0 : 1);
+  const int status = wait_or_kill(child, std::chrono::seconds(10));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child holds the export";
+  EXPECT_EQ(sim_exports_open(), before + 1) << "the parent keeps it";
+  own.deallocate(p);
+  (void)own.release();
+  EXPECT_EQ(sim_exports_open(), before) << "closed with its handle";
 }
 
 }  // namespace
