@@ -100,3 +100,32 @@ def test_giving_a_pool_to_a_stream_not_being_captured_is_refused(tp):
     assert refused.value.name == "TIDEPOOL_INVALID_STREAM"
     assert "not being captured" in str(refused.value)
     _graph_pools.forget_capture(12345)  # a capture never given a pool: nothing to forget
+
+
+def test_all_threads_entries_overlapping_on_two_threads_leave_in_any_order(tp):
+    # Two captures on two threads (torch.cuda.graph after use() enters one each): the first to
+    # leave must not take the other's default away, and the last leaves the one from before.
+    from tidepool import _graph_pools
+
+    outer, first, second = (tp.GraphPool(all_threads=True) for _ in range(3))
+    entered, leave_first, left = threading.Event(), threading.Event(), threading.Event()
+
+    def other():
+        with first:
+            entered.set()
+            leave_first.wait()
+        left.set()
+
+    with outer:
+        t = threading.Thread(target=other)
+        t.start()
+        entered.wait()
+        assert _graph_pools.default_graph_pool() == first.id
+        with second:
+            assert _graph_pools.default_graph_pool() == second.id
+            leave_first.set()
+            left.wait()
+            assert _graph_pools.default_graph_pool() == second.id  # not outer's: second still runs
+        assert _graph_pools.default_graph_pool() == outer.id  # first left before: not first's
+        t.join()
+    assert _graph_pools.default_graph_pool() == 0

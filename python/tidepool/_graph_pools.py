@@ -28,6 +28,38 @@ import threading
 from . import _library
 
 
+class _AllThreadsDefaults:
+    """The default graph pool while GraphPool(all_threads=True) entries are in progress, on any
+    threads: the latest one entered that has not left, else the default in force before the first
+    of them. Entries may leave in any order (captures overlapping on two threads), so each exit
+    does not simply restore what its entry replaced: that would leave the other capture without
+    its pool, or a pool no capture uses as every thread's default."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries = []  # [entry token, graph pool id], oldest first
+        self._before = 0
+
+    def enter(self, lib, pool_id):
+        with self._lock:
+            replaced = ctypes.c_uint64(0)
+            _library.check(lib.tidepool_set_default_graph_pool(pool_id, ctypes.byref(replaced)))
+            if not self._entries:
+                self._before = replaced.value
+            entry = object()
+            self._entries.append((entry, pool_id))
+            return entry
+
+    def leave(self, lib, entry):
+        with self._lock:
+            self._entries = [e for e in self._entries if e[0] is not entry]
+            now = self._entries[-1][1] if self._entries else self._before
+            _library.check(lib.tidepool_set_default_graph_pool(now, None))
+
+
+_defaults = _AllThreadsDefaults()
+
+
 class GraphPool:
     """A graph pool: captures made while it is entered (`with pool:`, on this thread) share their
     memory. With all_threads=True, entering it also makes it the default of every thread with
@@ -45,22 +77,20 @@ class GraphPool:
     def __enter__(self):
         lib = _library.load()
         previous = ctypes.c_uint64(0)
-        previous_default = ctypes.c_uint64(0)
-        if self.all_threads:
-            _library.check(lib.tidepool_set_default_graph_pool(self.id, ctypes.byref(previous_default)))
+        entry = _defaults.enter(lib, self.id) if self.all_threads else None
         _library.check(lib.tidepool_set_graph_pool(self.id, ctypes.byref(previous)))
         stack = getattr(self._replaced, "stack", None)
         if stack is None:
             stack = self._replaced.stack = []
-        stack.append((previous.value, previous_default.value))
+        stack.append((previous.value, entry))
         return self
 
     def __exit__(self, *exc):
         lib = _library.load()
-        previous, previous_default = self._replaced.stack.pop()
+        previous, entry = self._replaced.stack.pop()
         _library.check(lib.tidepool_set_graph_pool(previous, None))
-        if self.all_threads:
-            _library.check(lib.tidepool_set_default_graph_pool(previous_default, None))
+        if entry is not None:
+            _defaults.leave(lib, entry)
         return False
 
     def __repr__(self):
