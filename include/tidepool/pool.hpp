@@ -296,7 +296,9 @@ class TIDEPOOL_API pool {
   /// but the pool hands the allocation's bytes out again once it is freed here, so the program
   /// keeps the allocation live while others use it (tidepool.torch.use() does that for tensors
   /// sent through torch.multiprocessing). Other allocations sharing its handles are visible to
-  /// the importer too, as with cudaIpcGetMemHandle. Throws tidepool::error: invalid_pointer
+  /// the importer too, as with cudaIpcGetMemHandle. Sleep does not follow shared memory: an
+  /// importer keeps the memory as it was, and after wake the allocation lies on new memory the
+  /// importer does not see. Throws tidepool::error: invalid_pointer
   /// unless `ptr` is a live allocation of this pool, asleep while the pool sleeps, unavailable
   /// where the driver cannot export the pool's memory (a plain cuMemAlloc segment, a GPU or
   /// container without POSIX file-descriptor handles), driver_failure when an export fails;
