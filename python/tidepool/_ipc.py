@@ -10,11 +10,11 @@ it).
 
 A MemoryShare travels by pickling through multiprocessing (queues, pipes, a child's arguments):
 each physical handle under the allocation goes as a file descriptor (_ipc_descriptors.py), and
-with them the write end of a pipe whose read end the sender watches. A receiver keeps its write end open while it maps the memory, and the process's
-death closes it too, so the sender learns when every receiver is done without any message: a
-thread of its own then drops `keep`, and the allocation may be freed and reused. This is the job
-PyTorch's IPC reference counter file does for its own allocator. tidepool.torch.use() sends CUDA
-tensors this way (_torch_ipc.py).
+with them the write end of a pipe whose read end the sender watches. A receiver keeps its write
+end open while it maps the memory, and the process's death closes it too, so the sender learns
+when every receiver is done without any message: a thread of its own then drops `keep`, and the
+allocation may be freed and reused. This is the job PyTorch's IPC reference counter file does for
+its own allocator. tidepool.torch.use() sends CUDA tensors this way (_torch_ipc.py).
 """
 
 import ctypes

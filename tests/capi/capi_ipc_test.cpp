@@ -236,6 +236,31 @@ TEST_F(CApiIpc, BadImportsAreRefusedAndMapNothing) {
   free(p);
 }
 
+TEST_F(CApiIpc, MemoryOfTheSecondGpuIsMappedOnItFoundByItsUuid) {
+  sim_config config;
+  config.device_count = 2;
+  config.capacity = 256 * MiB;
+  config.back_with_host_memory = true;
+  config.uuid_key = "capi-ipc-two-gpus";
+  sim_driver& sim = use_sim(std::move(config));
+  void* p = nullptr;
+  ASSERT_EQ(tidepool_allocate(3 * MiB, 1, nullptr, TIDEPOOL_SCRATCH, &p), TIDEPOOL_SUCCESS) << last_error();
+  std::memset(p, 0x61, 3 * MiB);
+  exported e;
+  ASSERT_EQ(e.from(p), TIDEPOOL_SUCCESS) << last_error();
+  void* view = nullptr;
+  int device = -1;
+  ASSERT_EQ(tidepool_import_memory(e.uuid.data(), e.fds.data(), e.sizes.data(), e.count, e.offset, e.bytes, &view,
+                                   &device),
+            TIDEPOOL_SUCCESS)
+      << last_error();
+  EXPECT_EQ(device, 1);
+  EXPECT_TRUE(sim.has_access(1, reinterpret_cast<device_address>(view), 1));
+  EXPECT_EQ(static_cast<unsigned char*>(view)[3 * MiB - 1], 0x61);
+  EXPECT_EQ(tidepool_close_imported_memory(view), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(tidepool_deallocate(p, 1, nullptr), TIDEPOOL_SUCCESS);
+}
+
 TEST_F(CApiIpc, ASleepingTagsMemoryIsNotExported) {
   host_backed();
   ASSERT_EQ(tidepool_push_tag("weights"), TIDEPOOL_SUCCESS);
