@@ -110,6 +110,10 @@ def test_a_large_allocation_round_trips_and_bad_pointers_are_refused(tmp_path):
         memory = pickle.loads(pickle.dumps(share))  # this process's resource sharer hands the fds
         r["same_bytes"] = ctypes.c_ubyte.from_address(memory.ptr + size - 1).value
         r["apart"] = memory.ptr != ptr
+        try:
+            tidepool.share_memory(memory.ptr)
+        except tidepool.InvalidArgumentError as error:
+            r["shared_on"] = str(error)
         memory.close()
         share.close()
         r["closed_repr"] = repr(memory)
@@ -131,6 +135,7 @@ def test_a_large_allocation_round_trips_and_bad_pointers_are_refused(tmp_path):
     """)
     assert r["handles"] > 64, r
     assert r["same_bytes"] == 0x77 and r["apart"], r
+    assert "cannot be shared on to a third" in r["shared_on"], r
     assert r["closed_repr"] == "tidepool.ImportedMemory(closed)", r
     assert "closed" in r["closed_share"], r
     assert r["foreign"] == ["TidepoolError", "TIDEPOOL_INVALID_POINTER"], r

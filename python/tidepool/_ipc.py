@@ -28,6 +28,10 @@ from ._ipc_descriptors import Descriptors
 
 _first_capacity = 64  # handles under one allocation asked for first; more on a second try
 
+RECEIVED_MESSAGE = ("tidepool: this memory was received from another process and cannot be shared "
+                    "on to a third: it is mapped from the process that made it. Share it from that "
+                    "process, or share a copy")
+
 
 def _raise_descriptor_limit():
     """A large allocation lies on many handles, each sent as a descriptor, and a model's tensors
@@ -79,8 +83,11 @@ class ExportedMemory:
 def export_memory(ptr):
     """Exports the live tidepool allocation at `ptr` (an int), on any device or tag, as an
     ExportedMemory. Raises TidepoolError: INVALID_POINTER for memory tidepool did not allocate,
-    ASLEEP for a sleeping tag's, UNAVAILABLE where the driver cannot share the memory."""
+    ASLEEP for a sleeping tag's, UNAVAILABLE where the driver cannot share the memory;
+    InvalidArgumentError for memory this process received from another."""
     ptr = _arguments.pointer("export_memory", "ptr", ptr)
+    if is_imported(ptr):
+        raise _errors.error_for(_errors.INVALID_ARGUMENT, RECEIVED_MESSAGE)
     lib = _library.load()
     _ensure_descriptor_room()
     capacity = _first_capacity
