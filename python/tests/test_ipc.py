@@ -142,3 +142,15 @@ def test_a_large_allocation_round_trips_and_bad_pointers_are_refused(tmp_path):
     assert r["interior"] == ["TidepoolError", "TIDEPOOL_INVALID_POINTER"], r
     assert r["negative"][0] in ("InvalidArgumentError", "ValueError"), r
     assert r["freed"] == "TIDEPOOL_DOUBLE_FREE", r
+
+
+def test_the_send_benchmark_runs_on_sim():
+    # bench/gpu/ipc_send.py, which RESULTS quotes, kept working: two rounds of four allocations.
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                         "bench", "gpu", "ipc_send.py")
+    env = sim_environment(TIDEPOOL_SIM_HOST_MEMORY=1, TIDEPOOL_SIM_UUID="ipc-bench-test")
+    result = subprocess.run([sys.executable, bench, "--count", "4", "--mib", "2", "--rounds", "2"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == 2, result.stdout
