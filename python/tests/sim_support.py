@@ -36,6 +36,20 @@ def wait_for(condition):
 """
 
 
+def run_program(tmp_path, source, **variables):
+    """Runs `source` (after WAIT_FOR_SOURCE) as a script file, so multiprocessing can spawn
+    children from it, on sim with the TIDEPOOL_SIM_* and other `variables` given; returns the
+    JSON of its last line. Fails the test with the program's output if it exits non-zero."""
+    import json
+
+    script = tmp_path / "program.py"
+    script.write_text(WAIT_FOR_SOURCE + source)
+    result = subprocess.run([sys.executable, str(script)], env=sim_environment(**variables),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"program failed:\n{result.stdout}\n{result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def run_script(source, **variables):
     """Runs `source` in a fresh interpreter on sim; returns its stdout. Fails the test with the
     child's output if it exits non-zero."""

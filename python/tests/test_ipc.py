@@ -4,7 +4,6 @@ an exported handle is a memory file and the bytes are really shared: a multiproc
 (spawned, as PyTorch wants) reads what the parent wrote and writes what the parent then reads;
 the parent keeps the owner alive until the child lets go, or dies; bad pointers are refused."""
 
-import json
 import os
 import subprocess
 import sys
@@ -12,18 +11,13 @@ import textwrap
 
 import pytest
 
-from sim_support import WAIT_FOR_SOURCE, sim_environment
+from sim_support import run_program, sim_environment
 
 
-def run_program(tmp_path, source, **variables):
-    """Runs `source` as a script file (so multiprocessing can spawn children from it) on a
-    host-backed sim; returns the JSON of its last line."""
-    script = tmp_path / "program.py"
-    script.write_text(WAIT_FOR_SOURCE + textwrap.dedent(source))
-    env = sim_environment(TIDEPOOL_SIM_HOST_MEMORY=1, TIDEPOOL_SIM_UUID="ipc-test", **variables)
-    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"program failed:\n{result.stdout}\n{result.stderr}"
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def run_host_backed(tmp_path, source):
+    """Runs `source` as a program on a host-backed sim (sim_support.run_program)."""
+    return run_program(tmp_path, textwrap.dedent(source), TIDEPOOL_SIM_HOST_MEMORY=1,
+                       TIDEPOOL_SIM_UUID="ipc-test")
 
 
 PROGRAM = """
@@ -81,7 +75,7 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("die", [False, True], ids=["closes", "exits-without-closing"])
 def test_a_child_sees_the_parents_bytes_and_the_owner_lives_until_it_lets_go(tmp_path, die):
-    r = run_program(tmp_path, PROGRAM.replace("DIE", str(die)))
+    r = run_host_backed(tmp_path, PROGRAM.replace("DIE", str(die)))
     assert r["seen"]["bytes"] == 5 * (1 << 20) + 7, r
     assert (r["seen"]["first"], r["seen"]["last"]) == (0x5A, 0x5A), r
     assert r["seen"]["imported"] >= 5 * (1 << 20), r
@@ -95,7 +89,7 @@ def test_a_child_sees_the_parents_bytes_and_the_owner_lives_until_it_lets_go(tmp
 
 
 def test_a_large_allocation_round_trips_and_bad_pointers_are_refused(tmp_path):
-    r = run_program(tmp_path, """
+    r = run_host_backed(tmp_path, """
         import ctypes, json, pickle
         import tidepool
         from tidepool import _ipc

@@ -7,12 +7,9 @@ sent alone is refused with tidepool's error, and other failures pass through.
 These run over a stand-in `torch` module (torch_stand_in.py); the real PyTorch sends tensors the
 same way on the GPU (gpu/test_frameworks_gpu.py)."""
 
-import json
-import subprocess
-import sys
 import textwrap
 
-from sim_support import WAIT_FOR_SOURCE, sim_environment
+from sim_support import run_program
 from torch_stand_in import SOURCE, run_with_stand_in
 
 PROGRAM = """
@@ -72,12 +69,8 @@ if __name__ == "__main__":
 
 
 def test_a_spawned_child_receives_a_cuda_tensor_over_the_senders_memory(tmp_path):
-    script = tmp_path / "program.py"
-    script.write_text(SOURCE + WAIT_FOR_SOURCE + textwrap.dedent(PROGRAM))
-    env = sim_environment(TIDEPOOL_SIM_HOST_MEMORY=1, TIDEPOOL_SIM_UUID="torch-ipc-test")
-    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, f"program failed:\n{result.stdout}\n{result.stderr}"
-    r = json.loads(result.stdout.strip().splitlines()[-1])
+    r = run_program(tmp_path, SOURCE + textwrap.dedent(PROGRAM), TIDEPOOL_SIM_HOST_MEMORY=1,
+                    TIDEPOOL_SIM_UUID="torch-ipc-test")
     assert r["cpu_reduction"] == "_pytorchs_rebuild", r
     assert r["cuda_reduction"] == "rebuild_cuda_tensor", r
     assert r["kept_after_an_unsent_reduction"], r

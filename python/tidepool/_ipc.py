@@ -18,6 +18,7 @@ its own allocator. tidepool.torch.use() sends CUDA tensors this way (_torch_ipc.
 """
 
 import ctypes
+import functools
 import os
 import select
 import threading
@@ -33,7 +34,8 @@ RECEIVED_MESSAGE = ("tidepool: this memory was received from another process and
                     "process, or share a copy")
 
 
-def _raise_descriptor_limit():
+@functools.cache
+def _ensure_descriptor_room():
     """A large allocation lies on many handles, each sent as a descriptor, and a model's tensors
     add up: raise this process's soft limit on open files to the hard one, once."""
     try:
@@ -44,18 +46,6 @@ def _raise_descriptor_limit():
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
-
-
-_raise_limit_once = threading.Lock()
-_limit_raised = False
-
-
-def _ensure_descriptor_room():
-    global _limit_raised
-    with _raise_limit_once:
-        if not _limit_raised:
-            _raise_descriptor_limit()
-            _limit_raised = True
 
 
 class ExportedMemory:

@@ -7,8 +7,8 @@ sender keeps copies under a key, and the receiver asks the sender's descriptor s
 with the key: one Unix socket per pair of processes, authenticated once with the processes'
 multiprocessing authkey, then kept, and the descriptors sent over it with SCM_RIGHTS (at most 253
 a message). multiprocessing.reduction.DupFd does the same through its resource sharer, but with
-a new connection and handshake for each descriptor, about half a millisecond each: a model's
-weights are hundreds of tensors.
+a new connection and handshake for each descriptor, and a model's weights are hundreds of
+tensors (what that cost: docs/RESULTS.md, "Memory shared between processes").
 """
 
 import os

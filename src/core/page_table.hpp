@@ -60,7 +60,8 @@ class page_table {
     std::uint32_t freed_slot = 0;
     std::uint64_t freed_sequence = 0;
     // The handle's first export (pool::export_allocation), kept open while the handle lives:
-    // the driver's export costs hundreds of microseconds, a copy of the descriptor next to none.
+    // the driver's export is slow beside a copy of the descriptor (docs/RESULTS.md, "Memory
+    // shared between processes").
     int export_fd = -1;
   };
 

@@ -44,7 +44,6 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
   };
   const device_address end = b->address + std::max<std::size_t>(requested, 1);
   device_address at = b->address;
-  bool first = true;
   while (at < end) {
     const std::uint32_t id = range.page_handle[(at - range.base) / g];
     const std::size_t handle_size = pages_.record(id).size;
@@ -62,8 +61,7 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
       throw error(error_code::driver_failure,
                   fmt::format("cannot export the allocation at {}: mem_export failed ({})", ptr, to_string(status)));
     }
-    if (first) out.offset = static_cast<std::size_t>(b->address - start);
-    first = false;
+    if (out.fds.empty()) out.offset = static_cast<std::size_t>(b->address - start);
     out.fds.push_back(fd);
     out.handle_sizes.push_back(handle_size);
     at = start + handle_size;

@@ -46,6 +46,12 @@ void close_all(const exported_allocation& e) {
 // Makes device 0's primary context (opened by the pool) current, for the test's own copies.
 void make_current() { gpu_test::make_current(*default_driver()); }
 
+// Sets every one of `bytes` bytes at `ptr` to `value` and waits for it.
+void fill(const void* ptr, std::size_t bytes, unsigned char value) {
+  check(cu().cuMemsetD8(to_cu(ptr), value, bytes), "cuMemsetD8");
+  check(cu().cuCtxSynchronize(), "sync");
+}
+
 TEST(IpcOnGpu, AnImportSeesTheSameBytesAndOutlivesTheExporter) {
   TIDEPOOL_REQUIRE_GPU();
   if (std::getenv(child_variable) != nullptr) GTEST_SKIP() << "the child's run";
@@ -54,8 +60,7 @@ TEST(IpcOnGpu, AnImportSeesTheSameBytesAndOutlivesTheExporter) {
   const std::size_t bytes = 40 * MiB + 5000;
   void* neighbour = p.allocate(3000);
   void* a = p.allocate(bytes);
-  check(cu().cuMemsetD8(to_cu(a), 0x5a, bytes), "cuMemsetD8");
-  check(cu().cuCtxSynchronize(), "sync");
+  fill(a, bytes, 0x5a);
   const exported_allocation e = p.export_allocation(a);
   ASSERT_GE(e.fds.size(), 1u);
   EXPECT_EQ(e.bytes, bytes);
@@ -63,8 +68,7 @@ TEST(IpcOnGpu, AnImportSeesTheSameBytesAndOutlivesTheExporter) {
   close_all(e);
   EXPECT_NE(view, a);
   EXPECT_EQ(first_mismatch(to_address(view), bytes, 0x5a), -1);
-  check(cu().cuMemsetD8(to_cu(view), 0x17, bytes), "cuMemsetD8");
-  check(cu().cuCtxSynchronize(), "sync");
+  fill(view, bytes, 0x17);
   EXPECT_EQ(first_mismatch(to_address(a), bytes, 0x17), -1);
   // The exporter lets go: the import keeps the memory and its bytes.
   p.deallocate(a);
@@ -83,8 +87,7 @@ TEST(IpcOnGpu, AnotherProcessReadsAndWritesTheAllocation) {
   make_current();
   const std::size_t bytes = 30 * MiB + 123;
   void* a = p.allocate(bytes);
-  check(cu().cuMemsetD8(to_cu(a), 0x21, bytes), "cuMemsetD8");
-  check(cu().cuCtxSynchronize(), "sync");
+  fill(a, bytes, 0x21);
   const exported_allocation e = p.export_allocation(a);
   // The child gets the descriptors across exec, and the figures in its environment.
   std::ostringstream spec;
@@ -134,8 +137,7 @@ TEST(IpcOnGpu, ChildSide) {
   for (const int fd : fds) ::close(fd);
   make_current();
   EXPECT_EQ(first_mismatch(to_address(view), bytes, 0x21), -1) << "the parent's bytes";
-  check(cu().cuMemsetD8(to_cu(view), 0x42, bytes), "cuMemsetD8");
-  check(cu().cuCtxSynchronize(), "sync");
+  fill(view, bytes, 0x42);
   close_imported_memory(view);
 }
 
