@@ -406,7 +406,7 @@ TIDEPOOL_API tidepool_status tidepool_forget_capture_graph_pool(uint64_t capture
  * the importer maps them and sees the allocation's bytes until it closes them. The exporter keeps
  * the allocation live meanwhile: once freed there, its bytes are handed out again.
  *
- *   exporter:  tidepool_export_memory(ptr, uuid, fds, sizes, 8, &count, &offset, &bytes);
+ *   exporter:  tidepool_export_memory(ptr, uuid, fds, sizes, NULL, 8, &count, &offset, &bytes);
  *              ... send uuid, fds[0..count), sizes, offset, bytes; close the fds ...
  *   importer:  tidepool_import_memory(uuid, fds, sizes, count, offset, bytes, &ptr);
  *              ... use ptr ...; tidepool_close_imported_memory(ptr); */
@@ -414,14 +414,18 @@ TIDEPOOL_API tidepool_status tidepool_forget_capture_graph_pool(uint64_t capture
 /** Exports the live allocation at `ptr` (any device, any tag): one new file descriptor per
  *  physical handle under it into `fds` and its size into `handle_sizes` (room for `capacity` of
  *  each), in address order, their number into `*count`, the GPU's UUID into `device_uuid`, where
- *  the allocation starts in the first handle into `*offset` and its size into `*bytes`. The caller
- *  closes the descriptors. With too little room nothing is opened: TIDEPOOL_INVALID_ARGUMENT, and
+ *  the allocation starts in the first handle into `*offset` and its size into `*bytes`. Unless
+ *  NULL, `handle_ids` (room for `capacity`) gets each handle's export id: the same in every export
+ *  of that handle while it lives, never another handle's in this process (a forked child may
+ *  repeat its parent's: pair the ids with the process's identity), so that an importer still
+ *  mapping the handles can reuse its mapping instead of importing them again. The caller closes
+ *  the descriptors. With too little room nothing is opened: TIDEPOOL_INVALID_ARGUMENT, and
  *  `*count` says how many are needed. TIDEPOOL_INVALID_POINTER for a pointer no pool holds live,
  *  TIDEPOOL_ASLEEP for a sleeping tag's, TIDEPOOL_UNAVAILABLE where the driver cannot make the
  *  memory shareable. */
 TIDEPOOL_API tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16], int* fds,
-                                                    size_t* handle_sizes, size_t capacity, size_t* count,
-                                                    size_t* offset, size_t* bytes);
+                                                    size_t* handle_sizes, uint64_t* handle_ids, size_t capacity,
+                                                    size_t* count, size_t* offset, size_t* bytes);
 /** Maps memory another process exported (tidepool_export_memory's figures), sets `*ptr` to its
  *  first byte and `*device` (unless NULL) to this process's ordinal of the GPU. The descriptors
  *  stay the caller's. TIDEPOOL_INVALID_DEVICE when this process does
@@ -435,6 +439,20 @@ TIDEPOOL_API tidepool_status tidepool_import_memory(const uint8_t device_uuid[16
 TIDEPOOL_API tidepool_status tidepool_close_imported_memory(void* ptr);
 /** Bytes of other processes' memory this process maps now (whole handles). */
 TIDEPOOL_API tidepool_status tidepool_imported_bytes(size_t* bytes);
+/** The UUID of `device` (this process's ordinal) into `uuid`: what tidepool_import_memory finds a
+ *  GPU by, the same in every process whatever CUDA_VISIBLE_DEVICES numbers it. TIDEPOOL_INVALID_DEVICE
+ *  for a device that does not exist, TIDEPOOL_UNAVAILABLE where the driver names none. */
+TIDEPOOL_API tidepool_status tidepool_device_uuid(int device, uint8_t uuid[16]);
+/** Maps on `device` the cuMemAlloc allocation another process named with cudaIpcGetMemHandle
+ *  (`handle`: its 64 bytes; what PyTorch's own allocator sends for a CUDA tensor) and sets `*ptr`
+ *  to its first byte. A handle open already gives the same pointer; close every open with
+ *  tidepool_close_cuda_ipc_memory. TIDEPOOL_INVALID_DEVICE for a device that does not exist,
+ *  TIDEPOOL_UNAVAILABLE where the driver has no such handles (the simulated GPU),
+ *  TIDEPOOL_INVALID_ARGUMENT for a handle the driver refuses. */
+TIDEPOOL_API tidepool_status tidepool_open_cuda_ipc_memory(int device, const uint8_t handle[64], void** ptr);
+/** Closes one tidepool_open_cuda_ipc_memory of `ptr` once the device's queued work is done (it
+ *  waits); the last close unmaps it. TIDEPOOL_INVALID_POINTER for any other pointer. */
+TIDEPOOL_API tidepool_status tidepool_close_cuda_ipc_memory(void* ptr);
 
 /** Makes `tag` (1-64 printable characters) the calling thread's current tag; tags nest. */
 TIDEPOOL_API tidepool_status tidepool_push_tag(const char* tag);

@@ -76,6 +76,8 @@ enum class driver_call : std::uint8_t {
   copy_to_device,     ///< cuMemcpyHtoDAsync
   mem_export,         ///< cuMemExportToShareableHandle (memory shared with another process)
   mem_import,         ///< cuMemImportFromShareableHandle
+  ipc_open,           ///< cuIpcOpenMemHandle (another process's cuMemAlloc memory, cudaIpcGetMemHandle's)
+  ipc_close,          ///< cuIpcCloseMemHandle
   count_              ///< number of kinds, not a call
 };
 inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver_call::count_);
@@ -128,6 +130,10 @@ struct mem_map_times {
 /// A GPU's UUID (cuDeviceGetUuid): the same for every process that sees the GPU, whatever its
 /// ordinal there (CUDA_VISIBLE_DEVICES renumbers devices, not UUIDs).
 using device_uuid_bytes = std::array<std::uint8_t, 16>;
+
+/// A cudaIpcMemHandle_t / CUipcMemHandle: another process's cuMemAlloc allocation, as
+/// cudaIpcGetMemHandle there named it (what PyTorch's own allocator sends for a CUDA tensor).
+using ipc_memory_handle = std::array<std::uint8_t, 64>;
 
 /// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi prints it.
 [[nodiscard]] TIDEPOOL_API std::string to_string(const device_uuid_bytes& uuid);
@@ -302,6 +308,21 @@ class TIDEPOOL_API driver {
     (void)device;
     (void)fd;
     (void)out;
+    return driver_status::not_supported;
+  }
+  /// Maps on `device` the allocation another process named with cudaIpcGetMemHandle; `*out` is
+  /// its first byte here. Opening a handle open already returns the same address (the driver
+  /// counts the opens); each open is closed with ipc_close.
+  virtual driver_status ipc_open(int device, const ipc_memory_handle& handle, device_address* out) {
+    (void)device;
+    (void)handle;
+    (void)out;
+    return driver_status::not_supported;
+  }
+  /// Closes one ipc_open of the allocation mapped at `address`; the last unmaps it.
+  virtual driver_status ipc_close(int device, device_address address) {
+    (void)device;
+    (void)address;
     return driver_status::not_supported;
   }
 

@@ -166,6 +166,10 @@ struct exported_allocation {
   std::vector<int> fds;
   /// Each handle's bytes: the handles are mapped side by side, in this order.
   std::vector<std::size_t> handle_sizes;
+  /// Each handle's export id: the same in every export of the handle while it lives, and never
+  /// another handle's in this process (a forked child may repeat its parent's), so an importer
+  /// that still maps the handles from an earlier export can reuse that mapping.
+  std::vector<std::uint64_t> handle_ids;
   std::size_t offset = 0;  ///< from the first handle's start to the allocation's first byte
   std::size_t bytes = 0;   ///< the allocation's size as asked for
 };

@@ -69,6 +69,18 @@ TIDEPOOL_API void close_imported_memory(void* ptr);
 /// Bytes of other processes' memory mapped here by import_memory now (whole handles).
 [[nodiscard]] TIDEPOOL_API std::size_t imported_bytes();
 
+/// Maps on `device` (this process's ordinal) the cuMemAlloc allocation another process named with
+/// cudaIpcGetMemHandle (what PyTorch's own allocator sends for a CUDA tensor) and returns its
+/// first byte. Opening a handle that is open already returns the same pointer; every open is
+/// closed with close_cuda_ipc_memory. Throws tidepool::error: invalid_device for a device that
+/// does not exist, unavailable where the driver cannot open such handles (the simulated GPU),
+/// invalid_argument for a handle the driver refuses, driver_failure otherwise.
+[[nodiscard]] TIDEPOOL_API void* open_cuda_ipc_memory(int device, const ipc_memory_handle& handle);
+/// Closes one open_cuda_ipc_memory of the allocation at `ptr` once the device's queued work is
+/// done (it waits); the last close unmaps it. Throws tidepool::error (invalid_pointer) for any
+/// other pointer, or one closed as often as it was opened.
+TIDEPOOL_API void close_cuda_ipc_memory(void* ptr);
+
 // --- Tags: sleep and wake (issue 13) ---
 // A tag names memory that goes to sleep and wakes together (weights, optimizer state, a KV cache).
 // Each tag has a pool of its own per device (its own address ranges, cache and handles), so one

@@ -148,3 +148,83 @@ def test_the_send_benchmark_runs_on_sim():
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 2, result.stdout
+
+
+def test_a_messages_shares_travel_under_one_key_and_a_mapping_serves_every_later_send(tmp_path):
+    r = run_host_backed(tmp_path, """
+        import ctypes, gc, json, os
+        from multiprocessing.reduction import ForkingPickler
+        import tidepool
+        from tidepool import _ipc_descriptors
+
+        def explode():
+            raise RuntimeError("unpickling failed on purpose")
+
+        class Boom:  # unpickles into an error: a message that fails half-way through
+            def __reduce__(self):
+                return (explode, ())
+
+        def open_fds():
+            return len(os.listdir("/proc/self/fd"))
+
+        r = {}
+        pointers = [tidepool.allocate(3 << 20) for _ in range(8)]
+        for i, p in enumerate(pointers):
+            ctypes.memset(p, i + 1, 3 << 20)
+        shares = [tidepool.share_memory(p) for p in pointers]
+        message = ForkingPickler.dumps(shares)  # as a queue's feeder pickles a message
+        server = _ipc_descriptors._server
+        r["keys_waiting"] = len(server._waiting)
+        r["descriptors_waiting"] = sum(len(fds) for fds in server._waiting.values())
+        first = ForkingPickler.loads(message)
+        r["first_bytes"] = [ctypes.c_ubyte.from_address(m.ptr + 5).value for m in first]
+        r["waiting_after"] = len(server._waiting)
+        r["fetched_left"] = len(_ipc_descriptors._fetched)
+        mapped = tidepool.imported_bytes()
+        # The same allocations sent again while the first views live: the same mappings.
+        again = ForkingPickler.loads(ForkingPickler.dumps(shares))
+        r["same_pointers"] = [m.ptr for m in again] == [m.ptr for m in first]
+        r["mapped_again"] = tidepool.imported_bytes() - mapped
+        for m in first:
+            m.close()
+        r["mapped_after_first_closed"] = tidepool.imported_bytes() == mapped
+        r["readable"] = ctypes.c_ubyte.from_address(again[7].ptr).value
+        r["imported_after_first_closed"] = tidepool._ipc.is_imported(again[0].ptr)
+        for m in again:
+            m.close()
+        r["mapped_after_all_closed"] = tidepool.imported_bytes()
+        r["imported_after_all_closed"] = tidepool._ipc.is_imported(first[0].ptr)
+        # A message whose unpickling fails after its first share: what the rest left is closed.
+        before = open_fds()
+        broken = ForkingPickler.dumps([shares[0], Boom(), shares[1]])
+        try:
+            ForkingPickler.loads(broken)
+        except RuntimeError as error:
+            r["broken"] = str(error)
+        gc.collect()
+        r["fds_left_by_broken"] = open_fds() - before
+        r["mapped_after_broken"] = tidepool.imported_bytes()
+        # One that fails while pickled: the copies kept for it are closed.
+        try:
+            ForkingPickler.dumps([shares[2], lambda: 0])
+        except Exception as error:
+            r["unpicklable"] = type(error).__name__
+        r["waiting_after_unpicklable"] = len(server._waiting)
+        r["fds_left_by_unpicklable"] = open_fds() - before
+        for share in shares:
+            share.close()
+        for p in pointers:
+            tidepool.deallocate(p)
+        print(json.dumps(r))
+    """)
+    assert r["keys_waiting"] == 1, r
+    assert r["descriptors_waiting"] >= 16, r  # each share: its handles and its keep-alive pipe
+    assert r["first_bytes"] == list(range(1, 9)), r
+    assert r["waiting_after"] == 0 and r["fetched_left"] == 0, r
+    assert r["same_pointers"] and r["mapped_again"] == 0, r
+    assert r["mapped_after_first_closed"] and r["readable"] == 8 and r["imported_after_first_closed"], r
+    assert r["mapped_after_all_closed"] == 0 and not r["imported_after_all_closed"], r
+    assert r["broken"] == "unpickling failed on purpose", r
+    assert r["fds_left_by_broken"] == 0 and r["mapped_after_broken"] == 0, r
+    assert r["unpicklable"] in ("PicklingError", "AttributeError", "TypeError"), r
+    assert r["waiting_after_unpicklable"] == 0 and r["fds_left_by_unpicklable"] == 0, r

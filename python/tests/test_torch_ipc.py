@@ -105,3 +105,71 @@ print(json.dumps(r))
     assert "send a tensor over it instead" in r["refused"], r
     assert r["cause"].startswith("CUDAPluggableAllocator does not yet support shareIPcHandle"), r
     assert r["other"] == ["RuntimeError", "CUDA error: invalid device context"], r
+
+
+def test_tensors_from_pytorchs_own_allocator_are_mapped_by_tidepool_and_the_senders_counters_released():
+    # A sender running PyTorch's allocator sends an expandable segment's handles as descriptors in
+    # its own table ('e'), or a cudaMalloc segment's cudaIpc handle ('c', which sim cannot open):
+    # here the "sender" is this process, its descriptors tidepool's own export of an allocation.
+    r = run_with_stand_in("""
+import ctypes, gc, json, os, struct
+import tidepool
+from tidepool import _ipc
+tidepool.torch.use()
+rebuild = torch.multiprocessing.reductions.rebuild_cuda_tensor
+r = {"wrapped": rebuild.__name__ == "rebuild_cuda_tensor" and rebuild is not rebuild_cuda_tensor}
+size = 4 << 20
+ptr = tidepool.allocate(size)
+ctypes.memset(ptr, 0x3c, size)
+exported = _ipc.export_memory(ptr)
+r["equal_handles"] = len(set(exported.handle_sizes)) == 1
+header = struct.pack("=i4xQQ", os.getpid(), exported.handle_sizes[0], len(exported.fds))
+expandable = bytes([2]) + b"e" + header + struct.pack(f"={len(exported.fds)}i", *exported.fds)
+def receive(handle, counter, offset=exported.offset, nbytes=size, event=True):
+    return rebuild(torch.Tensor, (nbytes // 2,), (2,), 1, torch.UntypedStorage, "uint8", 0, handle, nbytes, offset,
+                   True, b"/torch_1_2_3", counter, b"event-" + bytes(counter), event)
+tensor = receive(expandable, 5)
+received = tensor.untyped_storage().data_ptr()
+r["apart"] = received != ptr
+r["bytes"] = [ctypes.c_ubyte.from_address(received).value, ctypes.c_ubyte.from_address(received + size - 1).value]
+r["view"] = [list(tensor.shape), list(tensor.stride()), tensor.storage_offset(), tensor.requires_grad]
+r["mapped"] = tidepool.imported_bytes()
+r["events_waited"] = len(events_waited)
+again = receive(expandable, 6)  # the same storage while the first lives: PyTorch's cache, counter released at once
+r["again_same_storage"] = again.untyped_storage() is tensor.untyped_storage()
+r["released_while_held"] = list(released_counters)
+del tensor, again
+gc.collect()
+r["released_after"] = list(released_counters)
+r["mapped_after"] = tidepool.imported_bytes()
+r["synchronized"] = calls.get("stream_synchronize", 0)
+def refusal(handle, counter, **kwargs):
+    try:
+        receive(handle, counter, **kwargs)
+    except tidepool.TidepoolError as error:
+        return [error.name, str(error)]
+r["cuda_malloc"] = refusal(bytes([2]) + b"c" + bytes(64), 7)
+r["future"] = refusal(bytes([9]) + b"c" + bytes(64), 8)
+r["gone"] = refusal(bytes([2]) + b"e" + struct.pack("=i4xQQ", 4194000, 2 << 20, 1) + struct.pack("=i", 3), 9)
+r["released_on_refusals"] = [c[1] for c in released_counters[2:]]
+open_fails_with[0] = "CUDA error: out of memory"
+try:
+    receive(expandable, 10)
+except RuntimeError as error:
+    r["other"] = [type(error).__name__, str(error)]
+exported.close()
+tidepool.deallocate(ptr)
+print(json.dumps(r))
+""", TIDEPOOL_SIM_HOST_MEMORY=1, TIDEPOOL_SIM_UUID="torch-receive")
+    assert r["wrapped"] and r["equal_handles"], r
+    assert r["apart"] and r["bytes"] == [0x3C, 0x3C], r
+    assert r["view"] == [[2 << 20], [2], 1, True], r
+    assert r["mapped"] >= 4 << 20 and r["events_waited"] >= 1, r
+    assert r["again_same_storage"] and r["released_while_held"] == [["/torch_1_2_3", 6]], r
+    assert r["released_after"] == [["/torch_1_2_3", 6], ["/torch_1_2_3", 5]], r
+    assert r["mapped_after"] == 0 and r["synchronized"] >= 1, r
+    assert r["cuda_malloc"][0] == "TIDEPOOL_UNAVAILABLE" and "no cudaIpc memory handles" in r["cuda_malloc"][1], r
+    assert r["future"][0] == "TIDEPOOL_INVALID_ARGUMENT" and "version 9" in r["future"][1], r
+    assert r["gone"][0] == "TIDEPOOL_UNAVAILABLE" and "cannot reach process 4194000" in r["gone"][1], r
+    assert r["released_on_refusals"] == [7, 8, 9], r
+    assert r["other"] == ["RuntimeError", "CUDA error: out of memory"], r

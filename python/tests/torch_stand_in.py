@@ -7,8 +7,9 @@ torch.cuda.graph with CUDAGraph and graph_pool_handle as PyTorch 2.11 has them: 
 the script calls import_cudnn(); a Tensor over a given pointer, with record_stream, beside a Stream
 over a given handle; torch.cuda.memory's statistics, whose C++ calls refuse pluggable allocators,
 its per-process memory fraction, which they drop, its history and snapshots, refused,
-UntypedStorage._share_cuda_, refused, use_mem_pool, and torch.multiprocessing's reduction of
-tensors with what the rebuild of a received one calls). `SOURCE` is prepended to a script run in
+UntypedStorage._share_cuda_, refused, use_mem_pool, torch.multiprocessing's reduction of
+tensors with what the rebuild of a received one calls, and its rebuild of a tensor PyTorch's own
+allocator sent, whose mapping the pluggable interface refuses). `SOURCE` is prepended to a script run in
 a fresh interpreter (sim_support.run_script); it records PyTorch's calls in `calls`, `captures` and
 `recorded_by_pytorch`. The real PyTorch runs these paths on the GPU (python/tests/gpu).
 run_with_stand_in() runs a script after it and returns the JSON the script printed last."""
@@ -218,6 +219,55 @@ class UntypedStorage:
         raise RuntimeError("CUDAPluggableAllocator does not yet support shareIPcHandle. If you "
                            "need it, please file an issue describing your use case.")
 torch.UntypedStorage = UntypedStorage
+# The receiving side as PyTorch 2.11 has it (torch/multiprocessing/reductions.py): a storage
+# received before and still alive is reused from shared_cache (the new receipt's counter released
+# at once); else UntypedStorage._new_shared_cuda maps it through the allocator's getIpcDevPtr,
+# which the pluggable interface refuses after waiting for the sender's event (`open_fails_with`
+# makes it fail another way). Counters released are in `released_counters`, events waited on in
+# `events_waited`.
+import weakref
+released_counters, events_waited, open_fails_with = [], [], [None]
+def _new_shared_cuda(*args):
+    if args[7]:
+        events_waited.append(args[6])
+    if open_fails_with[0] is not None:
+        raise RuntimeError(open_fails_with[0])
+    raise RuntimeError("CUDAPluggableAllocator does not yet support getIpcDevPtr. If you need it, please file an "
+                       "issue describing your use case.")
+UntypedStorage._new_shared_cuda = staticmethod(_new_shared_cuda)
+UntypedStorage._release_ipc_counter_cuda = staticmethod(lambda handle, offset: released_counters.append([handle.decode(), offset]))
+UntypedStorage._release_ipc_counter = staticmethod(
+    lambda handle, offset, device=None: UntypedStorage._release_ipc_counter_cuda(handle, offset))
+class StorageWeakRef:
+    def __init__(self, storage):
+        self.ref = weakref.ref(storage)
+reductions = torch.multiprocessing.reductions
+reductions.shared_cache, reductions.StorageWeakRef = {}, StorageWeakRef
+def rebuild_cuda_tensor(tensor_cls, tensor_size, tensor_stride, tensor_offset, storage_cls, dtype, storage_device,
+                        storage_handle, storage_size_bytes, storage_offset_bytes, requires_grad, ref_counter_handle,
+                        ref_counter_offset, event_handle, event_sync_required):
+    cached = reductions.shared_cache.get((storage_handle, storage_offset_bytes))
+    storage = cached.ref() if cached is not None else None
+    if storage is None:
+        storage = storage_cls._new_shared_cuda(storage_device, storage_handle, storage_size_bytes,
+                                               storage_offset_bytes, ref_counter_handle, ref_counter_offset,
+                                               event_handle, event_sync_required)
+    else:
+        storage_cls._release_ipc_counter(ref_counter_handle, ref_counter_offset, device=storage_device)
+    t = torch._utils._rebuild_tensor(torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True),
+                                     tensor_offset, tensor_size, tensor_stride)
+    t.requires_grad = requires_grad
+    return t
+reductions.rebuild_cuda_tensor = rebuild_cuda_tensor
+torch._utils = types.SimpleNamespace(_rebuild_tensor=lambda typed, offset, size, stride: Tensor(0).set_(
+    typed._untyped_storage, offset, size, stride))
+torch.storage = types.SimpleNamespace(TypedStorage=lambda wrap_storage, dtype, _internal: types.SimpleNamespace(
+    _untyped_storage=wrap_storage, dtype=dtype))
+class Event:
+    @staticmethod
+    def from_ipc_handle(device, handle):
+        return types.SimpleNamespace(wait=lambda stream: events_waited.append(handle))
+torch.cuda.Event = Event
 # torch.cuda.use_mem_pool as PyTorch 2.11 has it: a context manager over a MemPool (recorded in
 # `pools_used`; a MemPool cannot be made under a pluggable allocator, so any pool will do here).
 import contextlib

@@ -15,6 +15,12 @@ end open while it maps the memory, and the process's death closes it too, so the
 when every receiver is done without any message: a thread of its own then drops `keep`, and the
 allocation may be freed and reused. This is the job PyTorch's IPC reference counter file does for
 its own allocator. tidepool.torch.use() sends CUDA tensors this way (_torch_ipc.py).
+
+A receiver that still maps an allocation's handles from an earlier send maps nothing again: each
+share names its handles (the sending process's token and the handles' export ids), and every
+ImportedMemory over the same handles is a view of one mapping, unmapped when the last view closes.
+So a program that sends the same weights every step pays the driver's import and mapping once,
+as PyTorch's receivers reuse a cudaIpcOpenMemHandle while a tensor from it lives.
 """
 
 import ctypes
@@ -22,10 +28,9 @@ import functools
 import os
 import select
 import threading
-import weakref
 
 from . import _arguments, _errors, _library
-from ._ipc_descriptors import Descriptors
+from ._ipc_descriptors import Descriptors, install_message_hooks
 
 _first_capacity = 64  # handles under one allocation asked for first; more on a second try
 
@@ -51,13 +56,15 @@ def _ensure_descriptor_room():
 class ExportedMemory:
     """One allocation's physical memory as file descriptors (tidepool_export_memory): `fds` (one
     per handle, in address order, owned by this object: close() or collection closes them),
-    `handle_sizes`, `offset` of the allocation in the first handle, its size `bytes`, and the
-    GPU's UUID `device_uuid` (16 bytes)."""
+    `handle_sizes`, `handle_ids` (each handle's export id, the same while it lives), `offset` of
+    the allocation in the first handle, its size `bytes`, and the GPU's UUID `device_uuid` (16
+    bytes)."""
 
-    def __init__(self, device_uuid, fds, handle_sizes, offset, nbytes):
+    def __init__(self, device_uuid, fds, handle_sizes, offset, nbytes, handle_ids=()):
         self.device_uuid = bytes(device_uuid)
         self.fds = list(fds)
         self.handle_sizes = list(handle_sizes)
+        self.handle_ids = list(handle_ids)
         self.offset = offset
         self.bytes = nbytes
 
@@ -85,15 +92,34 @@ def export_memory(ptr):
         uuid = (ctypes.c_uint8 * 16)()
         fds = (ctypes.c_int * capacity)()
         sizes = (ctypes.c_size_t * capacity)()
+        ids = (ctypes.c_uint64 * capacity)()
         count, offset, nbytes = ctypes.c_size_t(0), ctypes.c_size_t(0), ctypes.c_size_t(0)
-        status = lib.tidepool_export_memory(ctypes.c_void_p(ptr), uuid, fds, sizes, capacity, ctypes.byref(count),
-                                            ctypes.byref(offset), ctypes.byref(nbytes))
+        status = lib.tidepool_export_memory(ctypes.c_void_p(ptr), uuid, fds, sizes, ids, capacity,
+                                            ctypes.byref(count), ctypes.byref(offset), ctypes.byref(nbytes))
         if status == _errors.INVALID_ARGUMENT and count.value > capacity:
             capacity = count.value  # nothing was opened: ask again with room for all
             continue
         _library.check(status)
         n = count.value
-        return ExportedMemory(bytes(uuid), fds[:n], sizes[:n], offset.value, nbytes.value)
+        return ExportedMemory(bytes(uuid), fds[:n], sizes[:n], offset.value, nbytes.value, ids[:n])
+
+
+class _Mapping:
+    """Handles another process exported, mapped here once (tidepool_import_memory): where the
+    first handle starts, the pointer that closes the mapping, and how many ImportedMemory views
+    use it."""
+
+    def __init__(self, key, ptr, offset, device):
+        self.key = key
+        self.base = ptr - offset
+        self.close_ptr = ptr
+        self.device = device
+        self.views = 1
+
+
+_lock = threading.Lock()
+_mappings = {}  # (sender's token, GPU UUID, handle ids, handle sizes) -> _Mapping, while views use it
+_views = {}  # pointer -> number of open ImportedMemory views whose memory starts there (is_imported)
 
 
 class ImportedMemory:
@@ -101,26 +127,36 @@ class ImportedMemory:
     (this process's ordinal of the GPU). Exposes `__cuda_array_interface__` (bytes, unsigned
     8-bit), so cupy.asarray(memory) and torch.as_tensor(memory) view it without a copy and keep
     it mapped while they live. close() (or collection, or `with`) unmaps it once the device's
-    queued work is done, and tells the sender this process let go."""
+    queued work is done, and tells the sender this process let go. `handles_named`, a pair of
+    the sending process's token and the handles' export ids, lets memory over handles this
+    process maps already share that mapping (nothing is imported or mapped again)."""
 
-    def __init__(self, device_uuid, fds, handle_sizes, offset, nbytes, keep_alive_fd=-1):
-        lib = _library.load()
-        _ensure_descriptor_room()
-        count = len(fds)
-        uuid = (ctypes.c_uint8 * 16)(*bytes(device_uuid))
-        fd_array = (ctypes.c_int * max(count, 1))(*fds)
-        size_array = (ctypes.c_size_t * max(count, 1))(*handle_sizes)
-        ptr = ctypes.c_void_p(0)
-        device = ctypes.c_int(-1)
+    def __init__(self, device_uuid, fds, handle_sizes, offset, nbytes, keep_alive_fd=-1, handles_named=None):
         self.ptr = 0
+        self._mapping = None
         self._keep_alive_fd = -1
-        _library.check(lib.tidepool_import_memory(uuid, fd_array, size_array, count, offset, nbytes,
-                                                  ctypes.byref(ptr), ctypes.byref(device)))
+        key = None
+        if handles_named is not None and len(handles_named[1]) == len(handle_sizes):
+            key = (handles_named[0], bytes(device_uuid), tuple(handles_named[1]), tuple(handle_sizes))
+        mapping = None
+        if key is not None:
+            if offset < 0 or nbytes <= 0 or offset + nbytes > sum(handle_sizes):
+                raise _errors.error_for(_errors.INVALID_ARGUMENT,
+                                        f"tidepool: cannot import memory: {nbytes} bytes at offset {offset} do "
+                                        f"not lie in the {sum(handle_sizes)} bytes of its handles")
+            with _lock:
+                mapping = _mappings.get(key)
+                if mapping is not None:
+                    mapping.views += 1
+        if mapping is None:
+            mapping = _import(device_uuid, fds, handle_sizes, offset, nbytes, key)
+        self._mapping = mapping
         self._keep_alive_fd = keep_alive_fd  # this object closes it from now on
-        self.ptr = ptr.value
+        self.ptr = mapping.base + offset
         self.bytes = nbytes
-        self.device = device.value
-        _imported[self.ptr] = self
+        self.device = mapping.device
+        with _lock:
+            _views[self.ptr] = _views.get(self.ptr, 0) + 1
 
     @property
     def __cuda_array_interface__(self):
@@ -131,12 +167,25 @@ class ImportedMemory:
 
     def close(self):
         ptr, self.ptr = self.ptr, 0
-        if ptr:
-            _imported.pop(ptr, None)
-            _library.check(_library.load().tidepool_close_imported_memory(ctypes.c_void_p(ptr)))
+        mapping, self._mapping = self._mapping, None
+        last = False
+        with _lock:
+            if ptr:
+                _views[ptr] -= 1
+                if not _views[ptr]:
+                    del _views[ptr]
+            if mapping is not None:
+                mapping.views -= 1
+                last = mapping.views == 0
+                if last and _mappings.get(mapping.key) is mapping:
+                    del _mappings[mapping.key]
         fd, self._keep_alive_fd = self._keep_alive_fd, -1
-        if fd >= 0:
-            os.close(fd)  # the sender's watch sees this receiver let go
+        try:
+            if last:
+                _library.check(_library.load().tidepool_close_imported_memory(ctypes.c_void_p(mapping.close_ptr)))
+        finally:
+            if fd >= 0:
+                os.close(fd)  # the sender's watch sees this receiver let go
 
     def __enter__(self):
         return self
@@ -155,13 +204,29 @@ class ImportedMemory:
         return f"tidepool.ImportedMemory({state})"
 
 
-# The ImportedMemory objects alive in this process, by pointer (is_imported).
-_imported = weakref.WeakValueDictionary()
+def _import(device_uuid, fds, handle_sizes, offset, nbytes, key):
+    """Maps the handles behind `fds` (tidepool_import_memory) as a _Mapping with one view,
+    registered under `key` unless None."""
+    lib = _library.load()
+    _ensure_descriptor_room()
+    count = len(fds)
+    uuid = (ctypes.c_uint8 * 16)(*bytes(device_uuid))
+    fd_array = (ctypes.c_int * max(count, 1))(*fds)
+    size_array = (ctypes.c_size_t * max(count, 1))(*handle_sizes)
+    ptr = ctypes.c_void_p(0)
+    device = ctypes.c_int(-1)
+    _library.check(lib.tidepool_import_memory(uuid, fd_array, size_array, count, offset, nbytes, ctypes.byref(ptr),
+                                              ctypes.byref(device)))
+    mapping = _Mapping(key, ptr.value, offset, device.value)
+    if key is not None:
+        with _lock:
+            _mappings.setdefault(key, mapping)  # another thread's mapping of the same handles stays first
+    return mapping
 
 
 def is_imported(ptr):
     """Whether `ptr` is the first byte of memory this process imported and has not closed."""
-    return ptr in _imported
+    return ptr in _views
 
 
 def imported_bytes():
@@ -231,8 +296,19 @@ class _Watch:
 
 
 _watch = _Watch()
+# This process among senders: with the handles' export ids, what a receiver's mappings are keyed
+# by. A forked child gets its own, since the export ids it makes may repeat its parent's.
+_token = os.urandom(16)
+
+
+def _after_fork_in_child():
+    global _token
+    _watch.forget_in_child()
+    _token = os.urandom(16)
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_watch.forget_in_child)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def kept_for_other_processes():
@@ -249,6 +325,7 @@ class MemoryShare:
 
     def __init__(self, ptr, keep=None):
         self._exported, self._keep_alive = None, -1  # what close() finds if the export fails
+        install_message_hooks()
         self._exported = export_memory(ptr)
         read_end, self._keep_alive = os.pipe()
         _watch.keep(read_end, keep)
@@ -261,8 +338,9 @@ class MemoryShare:
         if self._keep_alive < 0:
             raise ValueError("tidepool.MemoryShare: closed")
         e = self._exported
+        named = (_token, e.handle_ids) if e.handle_ids and all(e.handle_ids) else None
         return (_receive, (e.device_uuid, Descriptors(e.fds + [self._keep_alive]), e.handle_sizes, e.offset,
-                           e.bytes))
+                           e.bytes, named))
 
     def close(self):
         """Closes this process's descriptors; receivers that got it keep theirs."""
@@ -276,12 +354,13 @@ class MemoryShare:
         self.close()
 
 
-def _receive(device_uuid, descriptors, handle_sizes, offset, nbytes):
+def _receive(device_uuid, descriptors, handle_sizes, offset, nbytes, handles_named=None):
+    install_message_hooks()  # this process's later messages: one fetch each
     fds = descriptors.detach()
     keep_alive_fd = fds.pop()  # the last one: the write end of the sender's watched pipe
     try:
         try:
-            return ImportedMemory(device_uuid, fds, handle_sizes, offset, nbytes, keep_alive_fd)
+            return ImportedMemory(device_uuid, fds, handle_sizes, offset, nbytes, keep_alive_fd, handles_named)
         except BaseException:
             os.close(keep_alive_fd)
             raise

@@ -9,13 +9,28 @@ multiprocessing authkey, then kept, and the descriptors sent over it with SCM_RI
 a message). multiprocessing.reduction.DupFd does the same through its resource sharer, but with
 a new connection and handshake for each descriptor, and a model's weights are hundreds of
 tensors (what that cost: docs/RESULTS.md, "Memory shared between processes").
+
+One message, one round trip: while ForkingPickler.dumps pickles a message (what a queue's feeder,
+Connection.send and SimpleQueue.put call once a message), every share in it keeps its descriptors
+under the message's key, each share at its own place; the receiver fetches them all at the first
+share it unpickles and hands each later share its own (install_message_hooks). ForkingPickler.loads
+closes whatever a message's shares left (an import that failed half-way).
 """
 
+import contextlib
+import functools
 import os
 import socket
 import threading
 
 _PER_MESSAGE = 253  # SCM_MAX_FD on Linux
+
+# The sender's message being pickled on this thread: `key` is None outside ForkingPickler.dumps,
+# 0 inside it until a share keeps descriptors, then the message's key.
+_pickling = threading.local()
+# The receiver's messages being unpickled on this thread (ForkingPickler.loads): the batches they
+# fetched, whose untaken descriptors are closed when the message is done.
+_unpickling = threading.local()
 
 
 class _Server:
@@ -33,11 +48,28 @@ class _Server:
         threading.Thread(target=self._accept, name="tidepool-ipc-descriptors", daemon=True).start()
 
     def keep(self, fds):
+        """Keeps copies of `fds` for a receiver: returns their key and where they start under it
+        (the key of the message pickled on this thread, if any, else a key of their own)."""
         copies = [os.dup(fd) for fd in fds]
+        message_key = getattr(_pickling, "key", None)
         with self._lock:
-            self._next_key += 1
-            self._waiting[self._next_key] = copies
-            return self._next_key
+            key = message_key
+            if not key:
+                self._next_key += 1
+                key = self._next_key
+            waiting = self._waiting.setdefault(key, [])
+            start = len(waiting)
+            waiting += copies
+        if message_key == 0:
+            _pickling.key = key  # the message's first share: the others join it
+        return key, start
+
+    def discard(self, key):
+        """Closes the copies kept under `key` (a message whose pickling failed, never sent)."""
+        with self._lock:
+            copies = self._waiting.pop(key, [])
+        for fd in copies:
+            os.close(fd)
 
     def _accept(self):
         while True:
@@ -70,9 +102,35 @@ class _Server:
                         os.close(fd)
 
 
+class _Batch:
+    """The receiver's side of one key: the descriptors fetched, each given to the share that
+    asks for its place once."""
+
+    def __init__(self, fds):
+        self.fds = list(fds)
+        self.left = len(self.fds)
+
+    def take(self, start, count, key):
+        if start + count > len(self.fds) or any(fd is None for fd in self.fds[start:start + count]):
+            raise RuntimeError(f"tidepool: the sending process has no descriptors under key {key} at {start} "
+                               "(a shared allocation can be unpickled once for each time it was pickled)")
+        taken = self.fds[start:start + count]
+        self.fds[start:start + count] = [None] * count
+        self.left -= count
+        return taken
+
+    def close_untaken(self):
+        for fd in self.fds:
+            if fd is not None:
+                os.close(fd)
+        self.fds = [None] * len(self.fds)
+        self.left = 0
+
+
 _lock = threading.Lock()
 _server = None
 _clients = {}  # a sender's address -> [connection, lock]
+_fetched = {}  # (a sender's address, key) -> _Batch with descriptors not yet taken
 
 
 def _server_here():
@@ -103,13 +161,68 @@ def _forget_in_child():
         for copies in _server._waiting.values():
             for fd in copies:
                 os.close(fd)
+    for batch in _fetched.values():
+        batch.close_untaken()
     _lock = threading.Lock()
     _server = None
     _clients.clear()
+    _fetched.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
+
+
+@contextlib.contextmanager
+def _one_message_pickled():
+    outer = getattr(_pickling, "key", None)
+    _pickling.key = 0
+    try:
+        yield
+    except BaseException:
+        if _pickling.key and _server is not None:
+            _server.discard(_pickling.key)
+        raise
+    finally:
+        _pickling.key = outer
+
+
+@contextlib.contextmanager
+def _one_message_unpickled():
+    outer = getattr(_unpickling, "batches", None)
+    _unpickling.batches = []
+    try:
+        yield
+    finally:
+        batches, _unpickling.batches = _unpickling.batches, outer
+        with _lock:
+            for entry in batches:
+                batch = _fetched.pop(entry, None)
+                if batch is not None:
+                    batch.close_untaken()
+
+
+@functools.cache
+def install_message_hooks():
+    """Wraps ForkingPickler.dumps and loads (once per process) so that a message's shares travel
+    under one key and what a message leaves untaken is closed."""
+    from multiprocessing.reduction import ForkingPickler
+
+    dumps = ForkingPickler.__dict__["dumps"].__func__
+    loads = ForkingPickler.loads
+
+    @functools.wraps(dumps)
+    def dumps_one_message(cls, obj, protocol=None):
+        with _one_message_pickled():
+            return dumps(cls, obj, protocol)
+
+    @functools.wraps(loads)
+    def loads_one_message(*args, **kwargs):
+        with _one_message_unpickled():
+            return loads(*args, **kwargs)
+
+    ForkingPickler.dumps = classmethod(dumps_one_message)
+    ForkingPickler.loads = staticmethod(loads_one_message)
 
 
 class Descriptors:
@@ -124,25 +237,45 @@ class Descriptors:
         if popen is not None:
             self._fds = [popen.duplicate_for_child(fd) for fd in fds]
             self._address = self._key = None
+            self._start = 0
             return
         server = _server_here()
         self._fds = None
         self._address = server.address
-        self._key = server.keep(fds)
+        self._key, self._start = server.keep(fds)
 
     def detach(self):
         if self._key is None:
             return list(self._fds)
-        from multiprocessing import reduction
-
+        entry = (self._address, self._key)
         connection, lock = _client(self._address)
-        with lock, socket.fromfd(connection.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            connection.send(self._key)
-            count = connection.recv()
-            if count != self.count:
-                raise RuntimeError(f"tidepool: the sending process has no descriptors under key {self._key} "
-                                   "(a shared allocation can be unpickled once for each time it was pickled)")
-            received = []
-            while len(received) < count:
-                received += reduction.recvfds(sock, min(_PER_MESSAGE, count - len(received)))
+        with lock:
+            batch = _fetched.get(entry)
+            if batch is None:
+                batch = _Batch(_fetch(connection, self._key))
+                with _lock:
+                    _fetched[entry] = batch
+                batches = getattr(_unpickling, "batches", None)
+                if batches is not None:
+                    batches.append(entry)
+            taken = batch.take(self._start, self.count, self._key)
+            if batch.left == 0:
+                with _lock:
+                    _fetched.pop(entry, None)
+        return taken
+
+
+def _fetch(connection, key):
+    """Every descriptor the sender keeps under `key`, over the kept connection (its lock held)."""
+    from multiprocessing import reduction
+
+    with socket.fromfd(connection.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        connection.send(key)
+        count = connection.recv()
+        if count < 0:
+            raise RuntimeError(f"tidepool: the sending process has no descriptors under key {key} "
+                               "(a shared allocation can be unpickled once for each time it was pickled)")
+        received = []
+        while len(received) < count:
+            received += reduction.recvfds(sock, min(_PER_MESSAGE, count - len(received)))
         return received

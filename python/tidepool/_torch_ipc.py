@@ -47,6 +47,7 @@ def share_cuda_tensors(torch):
     original = reductions.reduce_tensor
     if getattr(original, _MARK, False):
         return
+    _ipc.install_message_hooks()  # a message's tensors fetched by the receiver at once
 
     @functools.wraps(original)
     def reduce_tensor(tensor):

@@ -27,7 +27,8 @@ allocator a question PyTorch refuses for pluggable allocators, is kept off with 
 (_torch_cudnn.py). CUDA tensors sent to another process through torch.multiprocessing (CUDA IPC,
 which the pluggable interface refuses) go through tidepool.share_memory: the receiver maps the
 sender's memory, waits for the work that wrote it, and the sender keeps it until the receiver lets
-go (_torch_ipc.py).
+go (_torch_ipc.py); tensors sent by a process running PyTorch's own allocator, which the pluggable
+interface cannot receive, are mapped by tidepool (_torch_ipc_receive.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 
@@ -78,7 +79,7 @@ tidepool.region(tag) (this thread's allocations inside come from the tag's memor
 import functools
 
 from . import (_allocate, _errors, _frameworks, _library, _release, _torch_cudnn, _torch_graphs,
-               _torch_ipc, _torch_mem_pools, _torch_memory_fraction, _torch_memory_history,
+               _torch_ipc, _torch_ipc_receive, _torch_mem_pools, _torch_memory_fraction, _torch_memory_history,
                _torch_replace, _torch_stats)
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
@@ -112,6 +113,7 @@ def use():
     _torch_memory_fraction.follow_memory_fraction(torch)
     _torch_memory_history.answer_memory_history(torch)
     _torch_ipc.share_cuda_tensors(torch)
+    _torch_ipc_receive.receive_from_pytorchs_allocator(torch)
     _torch_mem_pools.route_tag_pools(torch)
     graph_class = getattr(torch.cuda, "graph", None)
     if graph_class is not None:

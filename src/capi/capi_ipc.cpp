@@ -1,5 +1,6 @@
 // The C API's memory shared with other processes: an allocation exported as file descriptors,
-// and memory another process exported mapped here (tidepool/process.hpp, pool::export_allocation).
+// memory another process exported mapped here (tidepool/process.hpp, pool::export_allocation),
+// and another process's cuMemAlloc memory opened from its cudaIpc handle.
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +17,8 @@
 extern "C" {
 
 tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16], int* fds, size_t* handle_sizes,
-                                       size_t capacity, size_t* count, size_t* offset, size_t* bytes) {
+                                       uint64_t* handle_ids, size_t capacity, size_t* count, size_t* offset,
+                                       size_t* bytes) {
   using namespace tidepool::detail;
   return guarded([&] {
     constexpr const char* function = "tidepool_export_memory";
@@ -44,6 +46,7 @@ tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16],
     }
     std::copy(exported.fds.begin(), exported.fds.end(), fds);
     std::copy(exported.handle_sizes.begin(), exported.handle_sizes.end(), handle_sizes);
+    if (handle_ids != nullptr) std::copy(exported.handle_ids.begin(), exported.handle_ids.end(), handle_ids);
     std::memcpy(device_uuid, uuid.data(), uuid.size());
     *offset = exported.offset;
     *bytes = exported.bytes;
@@ -70,6 +73,44 @@ tidepool_status tidepool_import_memory(const uint8_t device_uuid[16], const int*
 tidepool_status tidepool_close_imported_memory(void* ptr) {
   using namespace tidepool::detail;
   return guarded([&] { tidepool::close_imported_memory(ptr); });
+}
+
+tidepool_status tidepool_device_uuid(int device, uint8_t uuid[16]) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    constexpr const char* function = "tidepool_device_uuid";
+    if (uuid == nullptr) throw_null_argument(function, "uuid");
+    const auto drv = tidepool::default_driver();
+    if (device < 0 || device >= drv->device_count()) {
+      throw tidepool::error(tidepool::error_code::invalid_device,
+                            fmt::format("{}: device {} does not exist (this process sees {})", function, device,
+                                        drv->device_count()));
+    }
+    tidepool::device_uuid_bytes bytes{};
+    if (const auto status = drv->device_uuid(device, &bytes); status != tidepool::driver_status::success) {
+      throw tidepool::error(tidepool::error_code::unavailable,
+                            fmt::format("{}: the driver names no UUID for device {} ({})", function, device,
+                                        tidepool::to_string(status)));
+    }
+    std::memcpy(uuid, bytes.data(), bytes.size());
+  });
+}
+
+tidepool_status tidepool_open_cuda_ipc_memory(int device, const uint8_t handle[64], void** ptr) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    constexpr const char* function = "tidepool_open_cuda_ipc_memory";
+    if (handle == nullptr) throw_null_argument(function, "handle");
+    if (ptr == nullptr) throw_null_argument(function, "ptr");
+    tidepool::ipc_memory_handle bytes{};
+    std::memcpy(bytes.data(), handle, bytes.size());
+    *ptr = tidepool::open_cuda_ipc_memory(device, bytes);
+  });
+}
+
+tidepool_status tidepool_close_cuda_ipc_memory(void* ptr) {
+  using namespace tidepool::detail;
+  return guarded([&] { tidepool::close_cuda_ipc_memory(ptr); });
 }
 
 tidepool_status tidepool_imported_bytes(size_t* bytes) {

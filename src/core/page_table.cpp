@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/units.hpp"
 
@@ -26,6 +27,8 @@ namespace tidepool::detail {
 namespace {
 constexpr std::size_t max_large_handle_granules = 12;    // 24 MiB at the usual 2 MiB granularity
 constexpr std::size_t max_aliased_handle_granules = 32;  // 64 MiB
+// One sequence for every pool's exports in this process: an export id is never reused here.
+std::atomic<std::uint64_t> last_export_id{0};
 }  // namespace
 
 void page_table::add_held(std::size_t bytes) noexcept {
@@ -146,14 +149,16 @@ void page_table::count_live(std::uint32_t id, device_address address, int change
   }
 }
 
-driver_status page_table::export_handle(std::uint32_t id, int* fd) {
+driver_status page_table::export_handle(std::uint32_t id, int* fd, std::uint64_t* export_id) {
   handle_record& h = handles_[id];
   if (h.export_fd < 0) {
     int exported = -1;
     const driver_status status = calls_.mem_export(h.handle, &exported);
     if (status != driver_status::success) return status;
     h.export_fd = exported;
+    h.export_id = last_export_id.fetch_add(1, std::memory_order_relaxed) + 1;
   }
+  *export_id = h.export_id;
   *fd = ::fcntl(h.export_fd, F_DUPFD_CLOEXEC, 0);
   return *fd >= 0 ? driver_status::success : driver_status::error;
 }
@@ -163,6 +168,7 @@ namespace {
 void close_export(page_table::handle_record& h) noexcept {
   if (h.export_fd >= 0) ::close(h.export_fd);
   h.export_fd = -1;
+  h.export_id = 0;
 }
 
 }  // namespace

@@ -63,6 +63,10 @@ class page_table {
     // the driver's export is slow beside a copy of the descriptor (docs/RESULTS.md, "Memory
     // shared between processes").
     int export_fd = -1;
+    // Names that export to importers (page_table::export_handle): the same for every export
+    // while the handle lives, never another handle's in this process, so that an importer
+    // already mapping it can reuse its mapping.
+    std::uint64_t export_id = 0;
   };
 
   page_table(driver_calls& calls, std::size_t granularity) : calls_(calls), granularity_(granularity) {}
@@ -74,8 +78,9 @@ class page_table {
   /// Unmaps handle `id` (the caller knows no queued work uses it); it must have no aliases.
   driver_status unmap(std::uint32_t id);
   /// A new descriptor through which another process can import handle `id` (the caller closes
-  /// it): a copy of the one the handle's first export made, kept until the handle is released.
-  driver_status export_handle(std::uint32_t id, int* fd);
+  /// it): a copy of the one the handle's first export made, kept until the handle is released;
+  /// `*export_id` names that export (handle_record::export_id).
+  driver_status export_handle(std::uint32_t id, int* fd, std::uint64_t* export_id);
   /// Closes every kept export (a forked child's copies: open, each would pin its handle's memory
   /// until the child exits, whatever the parent releases).
   void close_exports() noexcept;

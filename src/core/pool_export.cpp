@@ -49,7 +49,8 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
     const std::size_t handle_size = pages_.record(id).size;
     const device_address start = pages_.mapping_start(id, at);
     int fd = -1;
-    const driver_status status = pages_.export_handle(id, &fd);
+    std::uint64_t export_id = 0;
+    const driver_status status = pages_.export_handle(id, &fd, &export_id);
     if (status != driver_status::success) {
       close_all();
       if (status == driver_status::not_supported) {
@@ -64,6 +65,7 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
     if (out.fds.empty()) out.offset = static_cast<std::size_t>(b->address - start);
     out.fds.push_back(fd);
     out.handle_sizes.push_back(handle_size);
+    out.handle_ids.push_back(export_id);
     at = start + handle_size;
   }
   return out;

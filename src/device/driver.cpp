@@ -55,6 +55,8 @@ std::string_view to_string(driver_call call) noexcept {
     case driver_call::copy_to_device: return "copy_to_device";
     case driver_call::mem_export: return "mem_export";
     case driver_call::mem_import: return "mem_import";
+    case driver_call::ipc_open: return "ipc_open";
+    case driver_call::ipc_close: return "ipc_close";
     case driver_call::count_: break;
   }
   return "unknown";

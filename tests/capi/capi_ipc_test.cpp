@@ -33,16 +33,18 @@ struct exported {
   std::array<uint8_t, 16> uuid{};
   std::vector<int> fds = std::vector<int>(16, -1);
   std::vector<size_t> sizes = std::vector<size_t>(16, 0);
+  std::vector<uint64_t> ids = std::vector<uint64_t>(16, 0);
   size_t count = 0;
   size_t offset = 0;
   size_t bytes = 0;
 
   tidepool_status from(const void* ptr) {
     const tidepool_status s =
-        tidepool_export_memory(ptr, uuid.data(), fds.data(), sizes.data(), fds.size(), &count, &offset, &bytes);
+        tidepool_export_memory(ptr, uuid.data(), fds.data(), sizes.data(), ids.data(), fds.size(), &count, &offset, &bytes);
     if (s == TIDEPOOL_SUCCESS) {
       fds.resize(count);
       sizes.resize(count);
+      ids.resize(count);
     }
     return s;
   }
@@ -144,11 +146,11 @@ TEST_F(CApiIpc, BadExportsAreRefusedAndOpenNothing) {
   size_t count = 0;
   size_t offset = 0;
   size_t bytes = 0;
-  EXPECT_EQ(tidepool_export_memory(p, uuid.data(), nullptr, nullptr, 0, &count, &offset, &bytes),
+  EXPECT_EQ(tidepool_export_memory(p, uuid.data(), nullptr, nullptr, nullptr, 0, &count, &offset, &bytes),
             TIDEPOOL_INVALID_ARGUMENT);
   EXPECT_GE(count, 1u);
   EXPECT_NE(last_error().find("room was given for 0"), std::string::npos) << last_error();
-  EXPECT_EQ(tidepool_export_memory(p, nullptr, nullptr, nullptr, 0, &count, &offset, &bytes),
+  EXPECT_EQ(tidepool_export_memory(p, nullptr, nullptr, nullptr, nullptr, 0, &count, &offset, &bytes),
             TIDEPOOL_INVALID_ARGUMENT);
   free(p);
   exported freed;
@@ -167,9 +169,14 @@ TEST_F(CApiIpc, AHandleIsExportedByTheDriverOnceWhileItLives) {
   void* p = allocate(6 * MiB);
   const auto exports = [&sim] { return sim.call_counts().of(driver_call::mem_export); };
   const std::uint64_t before = exports();
+  std::vector<uint64_t> first_ids;
   for (int i = 0; i < 3; ++i) {
     exported e;
     ASSERT_EQ(e.from(p), TIDEPOOL_SUCCESS) << last_error();
+    ASSERT_EQ(e.ids.size(), 1u);
+    EXPECT_NE(e.ids[0], 0u);
+    if (i == 0) first_ids = e.ids;
+    EXPECT_EQ(e.ids, first_ids) << "one handle, one export id while it lives";
     void* view = nullptr;
     ASSERT_EQ(e.import(&view), TIDEPOOL_SUCCESS) << last_error();
     EXPECT_EQ(tidepool_close_imported_memory(view), TIDEPOOL_SUCCESS);
@@ -182,6 +189,19 @@ TEST_F(CApiIpc, AHandleIsExportedByTheDriverOnceWhileItLives) {
   exported e;
   ASSERT_EQ(e.from(q), TIDEPOOL_SUCCESS) << last_error();
   EXPECT_EQ(exports() - before, 2u);
+  ASSERT_EQ(e.ids.size(), 1u);
+  EXPECT_NE(e.ids[0], first_ids[0]) << "an export id is never another handle's";
+  // Exported twice in one allocation's export, a handle names itself once: two allocations on
+  // one handle give the same id.
+  void* r = allocate(256 * 1024);
+  exported small_first;
+  exported small_second;
+  void* s = allocate(256 * 1024);
+  ASSERT_EQ(small_first.from(r), TIDEPOOL_SUCCESS) << last_error();
+  ASSERT_EQ(small_second.from(s), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(small_first.ids, small_second.ids) << "two small blocks on one 2 MiB page";
+  free(r);
+  free(s);
   free(q);
 }
 
@@ -274,6 +294,26 @@ TEST_F(CApiIpc, ASleepingTagsMemoryIsNotExported) {
   exported awake;
   EXPECT_EQ(awake.from(p), TIDEPOOL_SUCCESS) << last_error();
   free(p);
+}
+
+TEST_F(CApiIpc, CudaIpcHandlesAreRefusedClearlyWhereTheDriverHasNone) {
+  sim_driver& sim = host_backed();
+  std::array<uint8_t, 64> handle{};
+  handle.fill(0x5a);
+  void* p = nullptr;
+  EXPECT_EQ(tidepool_open_cuda_ipc_memory(0, handle.data(), &p), TIDEPOOL_UNAVAILABLE) << last_error();
+  EXPECT_NE(last_error().find("no cudaIpc memory handles"), std::string::npos) << last_error();
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(sim.call_counts().of(driver_call::ipc_open), 0u) << "sim refuses before counting a call";
+  EXPECT_EQ(tidepool_open_cuda_ipc_memory(7, handle.data(), &p), TIDEPOOL_INVALID_DEVICE) << last_error();
+  EXPECT_EQ(tidepool_open_cuda_ipc_memory(-1, handle.data(), &p), TIDEPOOL_INVALID_DEVICE) << last_error();
+  EXPECT_EQ(tidepool_open_cuda_ipc_memory(0, nullptr, &p), TIDEPOOL_INVALID_ARGUMENT) << last_error();
+  EXPECT_EQ(tidepool_open_cuda_ipc_memory(0, handle.data(), nullptr), TIDEPOOL_INVALID_ARGUMENT) << last_error();
+  void* q = allocate(4096);
+  EXPECT_EQ(tidepool_close_cuda_ipc_memory(q), TIDEPOOL_INVALID_POINTER) << last_error();
+  EXPECT_NE(last_error().find("not memory opened from a CUDA IPC handle"), std::string::npos) << last_error();
+  EXPECT_EQ(tidepool_close_cuda_ipc_memory(nullptr), TIDEPOOL_INVALID_POINTER) << last_error();
+  free(q);
 }
 
 }  // namespace

@@ -71,13 +71,15 @@ def test_per_process_memory_fraction_caps_what_pytorch_allocates(mode):
 
 def test_cuda_tensors_sent_through_torch_multiprocessing_arrive_over_the_senders_memory():
     # RL trainers send weights to rollout workers this way; PyTorch's pluggable interface refuses
-    # it, tidepool.torch.use() sends them through tidepool.share_memory.
+    # it both ways: tidepool.torch.use() sends them through tidepool.share_memory, and maps what
+    # PyTorch's own allocator sends (a cudaMalloc segment's cudaIpc handle, an expandable
+    # segment's descriptors).
     require("torch")
-    r = {pair: run_workload("torch_ipc.py", *pair)
-         for pair in (("default", "default"), ("tidepool", "tidepool"), ("tidepool", "default"),
-                      ("default", "tidepool"))}
+    pairs = (("default", "default"), ("tidepool", "tidepool"), ("tidepool", "default"), ("default", "tidepool"),
+             ("expandable", "tidepool"))
+    r = {pair: run_workload("torch_ipc.py", *pair) for pair in pairs}
     print("tensors sent between processes:", r)
-    for pair in (("default", "default"), ("tidepool", "tidepool"), ("tidepool", "default")):
+    for pair in pairs:
         figures = r[pair]
         assert all(ok is True for ok in figures["received_as_sent"].values()), figures
         assert figures["receiver_wrote"] and figures["sender_sees_receivers_write"], figures
@@ -86,6 +88,9 @@ def test_cuda_tensors_sent_through_torch_multiprocessing_arrive_over_the_senders
         assert figures["receiver_exit"] == 0, figures
     for pair in (("tidepool", "tidepool"), ("tidepool", "default")):
         assert r[pair]["kept_while_received"] >= 1 and r[pair]["kept_after_release"] == 0, r[pair]
+    for pair in (("default", "default"), ("default", "tidepool"), ("expandable", "tidepool")):
+        # The receiver's release reached the sender's counters: its allocator freed the 1 GiB sent.
+        assert r[pair]["freed_after_receiver_released_mib"] >= 1024, r[pair]
 
 
 def test_a_cupy_array_shared_with_another_process_through_tidepool():

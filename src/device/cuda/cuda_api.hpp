@@ -45,6 +45,8 @@ namespace tidepool::detail {
   X(cuMemGetAllocationGranularity, 12000, true)       \
   X(cuMemExportToShareableHandle, 12000, false)       \
   X(cuMemImportFromShareableHandle, 12000, false)     \
+  X(cuIpcOpenMemHandle, 12000, false)                 \
+  X(cuIpcCloseMemHandle, 12000, false)                \
   X(cuMemAlloc, 12000, true)                          \
   X(cuMemFree, 12000, true)                           \
   X(cuMemGetInfo, 12000, true)                        \

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstring>
+#include <tuple>
 
 #include "device/cuda/cuda_status.hpp"
 #include "tidepool/errors.hpp"
@@ -255,6 +257,26 @@ driver_status cuda_driver::mem_import(int device, int fd, physical_handle* out) 
   });
   if (status == driver_status::success) *out = static_cast<physical_handle>(handle);
   return status;
+}
+
+driver_status cuda_driver::ipc_open(int device, const ipc_memory_handle& handle, device_address* out) {
+  if (out == nullptr || !valid(device)) return driver_status::invalid_value;
+  if (api_.cuIpcOpenMemHandle == nullptr) return driver_status::not_supported;
+  CUipcMemHandle cu_handle{};
+  static_assert(sizeof(cu_handle.reserved) == std::tuple_size_v<ipc_memory_handle>);
+  std::memcpy(cu_handle.reserved, handle.data(), handle.size());
+  CUdeviceptr opened = 0;
+  const driver_status status = in_context(device, driver_call::ipc_open, [&] {
+    return api_.cuIpcOpenMemHandle(&opened, cu_handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  });
+  if (status == driver_status::success) *out = static_cast<device_address>(opened);
+  return status;
+}
+
+driver_status cuda_driver::ipc_close(int device, device_address address) {
+  if (!valid(device)) return driver_status::invalid_value;
+  if (api_.cuIpcCloseMemHandle == nullptr) return driver_status::not_supported;
+  return in_context(device, driver_call::ipc_close, [&] { return api_.cuIpcCloseMemHandle(to_cu(address)); });
 }
 
 driver_status cuda_driver::mem_release(int device, physical_handle handle) {

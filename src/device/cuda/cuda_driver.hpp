@@ -69,6 +69,8 @@ class cuda_driver final : public driver {
                                stream_t stream) override;
   driver_status mem_export(int device, physical_handle handle, int* fd) override;
   driver_status mem_import(int device, int fd, physical_handle* out) override;
+  driver_status ipc_open(int device, const ipc_memory_handle& handle, device_address* out) override;
+  driver_status ipc_close(int device, device_address address) override;
   driver_status capture_of(int device, stream_t stream, stream_capture* out) override;
   driver_status watch_graph(int device, void* graph, graph_gone_fn gone, void* context) override;
 

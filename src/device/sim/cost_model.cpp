@@ -98,6 +98,8 @@ double sim_call_cost_us(driver_call call, std::size_t bytes) noexcept {
     // Measured on the H200 for a 24 MiB handle (docs/RESULTS.md, "Memory shared between processes").
     case driver_call::mem_export: return 617.0;
     case driver_call::mem_import: return 27.0;
+    case driver_call::ipc_open: return 100.0;
+    case driver_call::ipc_close: return 50.0;
     case driver_call::count_: break;
   }
   return 0.0;

@@ -1,16 +1,19 @@
 """CUDA tensors sent to another process through torch.multiprocessing (spawn), as an RL trainer
 sends its weights to a rollout worker. `sender` and `receiver` name each process's allocator:
-"default" (PyTorch's) or "tidepool" (tidepool.torch.use()). The sender makes a set of tensors
+"default" (PyTorch's), "expandable" (PyTorch's with expandable segments, a sender only) or
+"tidepool" (tidepool.torch.use()). The sender makes a set of tensors
 (fp32, bf16, int64, a Parameter that requires grad, a view at a storage offset, an empty one),
 changes them with kernels just before the send, and puts them on a queue; the receiver checks
 what it got against checksums computed by the sender, writes into one, and says so. The sender
 then reads the receiver's write, drops its own references and allocates again while the receiver
 still holds its tensors (their memory must not be handed out again), and finally waits for the
 receiver to let go. It also times sending 64 tensors of 16 MiB (1 GiB), the same tensors sent
-again, and the receiver's rebuild. A process stuck for 80 s prints its threads' stacks and ends.
-Prints the figures as JSON."""
+again, and the receiver's rebuild. A PyTorch-allocator sender also reports what its allocator
+still holds for the receiver once its own references are gone, and after the receiver let go. A
+process stuck for 80 s prints its threads' stacks and ends. Prints the figures as JSON."""
 
 import faulthandler
+import os
 import sys
 import time
 
@@ -83,6 +86,10 @@ def main():
         import tidepool
 
         tidepool.torch.use()
+    elif sender == "expandable":  # read at the allocator's first use; the receiver gets its own
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        torch.empty(1, device="cuda")
+        del os.environ["PYTORCH_CUDA_ALLOC_CONF"]
     from common import emit
 
     ctx = mp.get_context("spawn")
@@ -129,8 +136,13 @@ def main():
     if sender == "tidepool":
         result["kept_while_received"] = tidepool.kept_for_other_processes()
     del many
+    torch.cuda.ipc_collect()
+    held_for_receiver = torch.cuda.memory_allocated()  # PyTorch's allocator: blocks a receiver holds stay
     queue.put("release")
     result["receiver_released"] = answers.get(timeout=60) == "released"
+    if sender != "tidepool":
+        torch.cuda.ipc_collect()  # frees the blocks whose receivers let go
+        result["freed_after_receiver_released_mib"] = (held_for_receiver - torch.cuda.memory_allocated()) / MiB
     if sender == "tidepool":
         deadline = time.time() + 10
         while tidepool.kept_for_other_processes() and time.time() < deadline:
