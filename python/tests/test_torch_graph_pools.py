@@ -134,3 +134,26 @@ print(json.dumps({{"imported_by_use": imported_by_use, "trees": config.triton.cu
 """)
     assert r["imported_by_use"] is False and r["trees"] is False, r
     assert r["loaded_from"] == str(tmp_path / "config.py") and r["finders_left"] == 0, r
+
+
+def test_captures_a_program_begins_and_ends_itself_are_followed_too():
+    # CUDAGraph.capture_begin / capture_end called directly, as code that does not use
+    # torch.cuda.graph does (its own stream context): the same pools as through torch.cuda.graph.
+    r = run("""
+handle = torch.cuda.graph_pool_handle()
+direct, through_graph, private = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+direct.capture_begin(handle)
+inside = tidepool.current_graph_pool()
+direct.capture_end()
+result = {"inside": inside, "after": tidepool.current_graph_pool(),
+          "through_graph": pools_inside(through_graph, pool=handle)["this_thread"],
+          "mapped": tidepool.torch.graph_pool_of(handle)}
+private.capture_begin()
+result["private"] = tidepool.current_graph_pool()
+private.capture_end()
+result["private_mapped"] = tidepool.torch.graph_pool_of(private.pool())
+print(json.dumps(result))
+""")
+    assert r["inside"] != 0 and r["after"] == 0, r
+    assert r["through_graph"] == r["mapped"] == r["inside"], r
+    assert r["private"] not in (0, r["inside"]) and r["private_mapped"] == r["private"], r

@@ -1,11 +1,13 @@
-"""torch.cuda.graph's `pool=` honoured by tidepool: after tidepool.torch.use(), every capture that
-torch.cuda.graph makes (torch.cuda.make_graphed_callables and serving engines included) runs under
-the tidepool graph pool that stands for its PyTorch pool, so captures PyTorch would give one pool
-share their memory in tidepool too, with no tidepool call in the program's code.
+"""The PyTorch graph pool of a capture honoured by tidepool: after tidepool.torch.use(), every
+capture (torch.cuda.graph's, so torch.cuda.make_graphed_callables' and serving engines', and a
+program's own CUDAGraph.capture_begin / capture_end) runs under the tidepool graph pool that stands
+for its PyTorch pool, so captures PyTorch would give one pool share their memory in tidepool too,
+with no tidepool call in the program's code.
 
 PyTorch's pluggable allocator interface passes none of its graph-pool calls on (capture_begin's
 beginAllocateToPool reaches no pluggable allocator), so the pool is read where it is still known:
-`torch.cuda.graph.__enter__` and `__exit__` are wrapped. Each PyTorch pool handle (the tuple that
+`torch.cuda.CUDAGraph.capture_begin` and `capture_end` are wrapped (torch.cuda.graph calls them).
+Each PyTorch pool handle (the tuple that
 torch.cuda.graph_pool_handle() or CUDAGraph.pool() returns) maps to one tidepool.GraphPool. A
 capture with no `pool=` gets a graph pool of its own, which is what PyTorch's private pool is; once
 the capture ends its CUDAGraph.pool() is mapped to that graph pool too, so a later capture given
@@ -38,20 +40,19 @@ _made_here = set()
 _WRAPPED_MARK = "_tidepool_follows_graph_pools"
 
 
-def follow_graph_pools(graph_class):
-    """Wraps `graph_class` (torch.cuda.graph) so that its captures join the tidepool graph pool of
-    their PyTorch pool. Wrapping twice wraps once."""
-    if getattr(graph_class, _WRAPPED_MARK, False):
+def follow_graph_pools(cuda_graph_class):
+    """Wraps `cuda_graph_class` (torch.cuda.CUDAGraph) so that its captures join the tidepool graph
+    pool of their PyTorch pool. Wrapping twice wraps once."""
+    if getattr(cuda_graph_class, _WRAPPED_MARK, False):
         return
-    enter, leave = graph_class.__enter__, graph_class.__exit__
+    begin, end = cuda_graph_class.capture_begin, cuda_graph_class.capture_end
 
-    @functools.wraps(enter)
-    def __enter__(self):
-        entered = enter(self)  # synchronizes, empties the cache and begins the capture
-        pool_arguments = tuple(getattr(self, "pool", ()) or ())
+    @functools.wraps(begin)
+    def capture_begin(self, pool=None, *args, **kwargs):
+        begin(self, pool, *args, **kwargs)  # the capture runs on the current stream from here
         capture = 0
         try:
-            graph_pool = _graph_pool_to_enter(pool_arguments)
+            graph_pool = _graph_pool_to_enter(() if pool is None else (pool,))
             if graph_pool is not None:
                 graph_pool.__enter__()
                 try:
@@ -59,31 +60,27 @@ def follow_graph_pools(graph_class):
                 except BaseException:
                     graph_pool.__exit__(None, None, None)
                     raise
-        except BaseException as error:
-            leave(self, type(error), error, error.__traceback__)  # ends the capture begun above
+        except BaseException:
+            end(self)  # ends the capture begun above
             raise
-        self._tidepool_graph_pool = graph_pool
-        self._tidepool_capture = capture
-        return entered
+        self._tidepool_capture = (graph_pool, capture, pool is None)
 
-    @functools.wraps(leave)
-    def __exit__(self, *exc):
-        graph_pool = self.__dict__.pop("_tidepool_graph_pool", None)
-        capture = self.__dict__.pop("_tidepool_capture", 0)
+    @functools.wraps(end)
+    def capture_end(self, *args, **kwargs):
+        graph_pool, capture, private = self.__dict__.pop("_tidepool_capture", (None, 0, False))
         try:
-            suppressed = leave(self, *exc)  # ends the capture
+            end(self, *args, **kwargs)
         finally:
             if capture:
                 _graph_pools.forget_capture(capture)
             if graph_pool is not None:
                 graph_pool.__exit__(None, None, None)
-        if graph_pool is not None and not getattr(self, "pool", ()) and exc[0] is None:
-            _map_private_pool(self.cuda_graph, graph_pool)
-        return suppressed
+        if graph_pool is not None and private:
+            _map_private_pool(self, graph_pool)
 
-    graph_class.__enter__ = __enter__
-    graph_class.__exit__ = __exit__
-    setattr(graph_class, _WRAPPED_MARK, True)
+    cuda_graph_class.capture_begin = capture_begin
+    cuda_graph_class.capture_end = capture_end
+    setattr(cuda_graph_class, _WRAPPED_MARK, True)
 
 
 _INDUCTOR_CONFIG = "torch._inductor.config"
@@ -147,8 +144,8 @@ def graph_pool_of(handle):
 
 
 def _graph_pool_to_enter(pool_arguments):
-    """The GraphPool a capture given `pool_arguments` (torch.cuda.graph's `pool` attribute: () or
-    (handle,)) enters, or None where the program entered one of its own."""
+    """The GraphPool a capture given `pool_arguments` (() or (handle,), the PyTorch pool given to
+    capture_begin) enters, or None where the program entered one of its own."""
     if _graph_pools.thread_graph_pool() != 0:
         return None
     default = _graph_pools.default_graph_pool()

@@ -32,9 +32,9 @@ interface cannot receive, are mapped by tidepool (_torch_ipc_receive.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 
-CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) gives one PyTorch pool share
-their memory in tidepool too (each PyTorch pool maps to one tidepool.GraphPool, entered for all
-threads while a capture runs, so make_graphed_callables' backward capture on the autograd thread
+CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) or
+CUDAGraph.capture_begin(pool) give one PyTorch pool share their memory in tidepool too (each
+PyTorch pool maps to one tidepool.GraphPool, entered for all threads while a capture runs, so make_graphed_callables' backward capture on the autograd thread
 joins it); a capture with no pool keeps its memory to itself, as PyTorch's private pool does, and
 a later capture given `pool=graph.pool()` shares with it. A GraphPool the program entered itself
 wins. torch.compile(mode="reduce-overhead") works through use(), which turns inductor's CUDA graph
@@ -115,9 +115,9 @@ def use():
     _torch_ipc.share_cuda_tensors(torch)
     _torch_ipc_receive.receive_from_pytorchs_allocator(torch)
     _torch_mem_pools.route_tag_pools(torch)
-    graph_class = getattr(torch.cuda, "graph", None)
-    if graph_class is not None:
-        _torch_graphs.follow_graph_pools(graph_class)
+    cuda_graph_class = getattr(torch.cuda, "CUDAGraph", None)
+    if cuda_graph_class is not None:
+        _torch_graphs.follow_graph_pools(cuda_graph_class)
     _torch_graphs.capture_compiled_graphs_without_trees()
     _torch_cudnn.keep_benchmark_off(torch)
 

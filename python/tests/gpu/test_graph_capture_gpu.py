@@ -42,22 +42,22 @@ def test_a_cupy_capture_keeps_its_memory_until_the_graph_is_destroyed():
 
 
 def test_captures_given_one_pool_hold_what_pytorchs_shared_pool_holds():
-    # torch.cuda.graph(pool=...) reaches tidepool through use(); a GraphPool the program entered
-    # itself does the same.
+    # torch.cuda.graph(pool=...) reaches tidepool through use(), and so does CUDAGraph.capture_begin
+    # (pool) called directly; a GraphPool the program entered itself does the same.
     require("torch")
-    modes = ("default", "default-private", "tidepool", "tidepool-private", "tidepool-shared")
+    modes = ("default", "default-private", "tidepool", "tidepool-private", "tidepool-shared", "tidepool-direct")
     r = {mode: run_workload("torch_graph_pool.py", mode) for mode in modes}
     for mode, figures in r.items():
         assert figures["served_replays_match_eager"], figures
         assert figures["outputs_kept_after_replays_in_capture_order"], figures
-    mapped, explicit, alone = r["tidepool"], r["tidepool-shared"], r["tidepool-private"]
-    assert mapped["graph_pool_of_shared_pool"] != 0, mapped
-    for figures in (mapped, explicit, alone):
+    mapped, explicit, alone, direct = r["tidepool"], r["tidepool-shared"], r["tidepool-private"], r["tidepool-direct"]
+    assert mapped["graph_pool_of_shared_pool"] != 0 and direct["graph_pool_of_shared_pool"] != 0, r
+    for figures in (mapped, explicit, alone, direct):
         assert figures["graphs_kept"] == figures["batches"], r
         assert figures["graphs_after_destroy"] == 0, figures
         assert figures["held_after_destroy"] - figures["in_use_after_destroy"] < 64 * MiB, figures
     # One working set for all the captures, not one each (the figures: docs/RESULTS.md 11).
-    for shared in (mapped, explicit):
+    for shared in (mapped, explicit, direct):
         assert shared["graph_bytes"] < 0.6 * alone["graph_bytes"], r
         assert shared["graph_bytes"] <= 1.5 * r["default"]["graph_bytes"] + 48 * MiB, r
 

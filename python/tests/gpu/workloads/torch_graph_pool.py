@@ -10,6 +10,9 @@ every graph replays before any output is read. `mode`:
   tidepool-private  tidepool.torch.use(), each capture with no pool: its memory its own
   tidepool-shared   tidepool.torch.use(), the captures given one pool and made under one
                     tidepool.GraphPool the program entered itself
+  tidepool-direct   tidepool.torch.use(), the captures given one pool through
+                    CUDAGraph.capture_begin(pool) / capture_end() on a stream of the program's
+                    own, without torch.cuda.graph
 Prints the figures as JSON."""
 
 import contextlib
@@ -50,10 +53,18 @@ held_before = held()
 shared_pool = torch.cuda.graph_pool_handle() if not mode.endswith("-private") else None
 graph_pool = tidepool.GraphPool() if mode == "tidepool-shared" else contextlib.nullcontext()
 graphs, outputs = {}, {}
+capture_stream = torch.cuda.Stream()
 for b in BATCHES:
     g = torch.cuda.CUDAGraph()
-    with graph_pool, torch.cuda.graph(g, pool=shared_pool):
-        outputs[b] = model(inputs[b])
+    if mode == "tidepool-direct":
+        torch.cuda.synchronize()
+        with torch.cuda.stream(capture_stream):
+            g.capture_begin(pool=shared_pool)
+            outputs[b] = model(inputs[b])
+            g.capture_end()
+    else:
+        with graph_pool, torch.cuda.graph(g, pool=shared_pool):
+            outputs[b] = model(inputs[b])
     graphs[b] = g
 del g
 torch.cuda.synchronize()
