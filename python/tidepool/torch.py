@@ -32,16 +32,17 @@ interface cannot receive, are mapped by tidepool (_torch_ipc_receive.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 
-CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) or
-CUDAGraph.capture_begin(pool) give one PyTorch pool share their memory in tidepool too (each
-PyTorch pool maps to one tidepool.GraphPool, entered for all threads while a capture runs, so
-make_graphed_callables' backward capture on the autograd thread joins it); a capture with no pool keeps its memory to itself, as PyTorch's private pool does, and
-a later capture given `pool=graph.pool()` shares with it. A GraphPool the program entered itself
-wins. torch.compile(mode="reduce-overhead") works through use(), which turns inductor's CUDA graph
-trees off (torch._inductor.config.triton.cudagraph_trees = False): the trees call allocator
-checkpointing that PyTorch's pluggable interface refuses ("CUDAPluggableAllocator does not yet
-support getCheckpointState"); without them inductor captures each compiled graph through
-torch.cuda.graph, which tidepool follows.
+CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) or CUDAGraph.capture_begin(pool)
+give one PyTorch pool share their memory in tidepool too (each PyTorch pool maps to one
+tidepool.GraphPool, entered for all threads while a capture runs, so make_graphed_callables'
+backward capture on the autograd thread joins it); a capture with no pool keeps its memory to
+itself, as PyTorch's private pool does, and a later capture given `pool=graph.pool()` shares with
+it. A GraphPool the program entered itself wins. torch.compile(mode="reduce-overhead") works
+through use(), which turns inductor's CUDA graph trees off
+(torch._inductor.config.triton.cudagraph_trees = False): the trees call allocator checkpointing
+that PyTorch's pluggable interface refuses ("CUDAPluggableAllocator does not yet support
+getCheckpointState"); without them inductor captures each compiled graph through torch.cuda.graph,
+which tidepool follows.
 
 Out of memory. When tidepool cannot satisfy an allocation, after releasing every cache it can
 reach, PyTorch raises a RuntimeError whose message starts "CUDA out of memory." (PyTorch's own
