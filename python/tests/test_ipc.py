@@ -228,3 +228,43 @@ def test_a_messages_shares_travel_under_one_key_and_a_mapping_serves_every_later
     assert r["fds_left_by_broken"] == 0 and r["mapped_after_broken"] == 0, r
     assert r["unpicklable"] in ("PicklingError", "AttributeError", "TypeError"), r
     assert r["waiting_after_unpicklable"] == 0 and r["fds_left_by_unpicklable"] == 0, r
+
+
+def test_a_process_that_is_not_a_multiprocessing_child_receives_through_the_pickled_bytes(tmp_path):
+    # As RL frameworks pass reduced tensors through Ray or ZeroMQ: the receiver shares no
+    # multiprocessing authkey with the sender, only the pickled bytes.
+    r = run_host_backed(tmp_path, """
+        import ctypes, json, os, pickle, subprocess, sys, weakref
+        import tidepool
+
+        class Owner:
+            pass
+
+        RECEIVER = "; ".join([
+            "import ctypes, json, pickle, sys, tidepool",
+            "memory = pickle.loads(open(sys.argv[1], 'rb').read())",
+            "first = ctypes.c_ubyte.from_address(memory.ptr).value",
+            "ctypes.c_ubyte.from_address(memory.ptr + 1).value = 0x66",
+            "print(json.dumps({'first': first, 'bytes': memory.bytes}))",
+            "memory.close()"])
+        r = {}
+        size = 3 << 20
+        ptr = tidepool.allocate(size)
+        ctypes.memset(ptr, 0x2b, size)
+        owner = Owner()
+        alive = weakref.ref(owner)
+        share = tidepool.share_memory(ptr, keep=owner)
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "share.pickle")
+        with open(path, "wb") as out:
+            out.write(pickle.dumps(share))
+        del owner
+        share.close()
+        done = subprocess.run([sys.executable, "-c", RECEIVER, path], capture_output=True, text=True, timeout=60)
+        r["receiver"] = json.loads(done.stdout) if done.returncode == 0 else done.stderr[-2000:]
+        r["sender_reads_write"] = ctypes.c_ubyte.from_address(ptr + 1).value
+        r["owner_dropped"] = wait_for(lambda: alive() is None)
+        tidepool.deallocate(ptr)
+        print(json.dumps(r))
+    """)
+    assert r["receiver"] == {"first": 0x2B, "bytes": 3 << 20}, r
+    assert r["sender_reads_write"] == 0x66 and r["owner_dropped"], r

@@ -4,9 +4,12 @@ it.
 With the arguments of a child being spawned they go as multiprocessing sends any descriptor there
 (the spawning Popen passes them on). Otherwise (a queue, a pipe, a child's later messages) the
 sender keeps copies under a key, and the receiver asks the sender's descriptor server for them
-with the key: one Unix socket per pair of processes, authenticated once with the processes'
-multiprocessing authkey, then kept, and the descriptors sent over it with SCM_RIGHTS (at most 253
-a message). multiprocessing.reduction.DupFd does the same through its resource sharer, but with
+with the key: one Unix socket per pair of processes, authenticated once, then kept, and the
+descriptors sent over it with SCM_RIGHTS (at most 253 a message). The server's secret is the
+sending process's own and travels in the pickled share, so any process on the machine that gets
+the bytes can receive (a multiprocessing child, or a process that got them through Ray, ZeroMQ or
+a file, as RL frameworks send torch.multiprocessing's reduced tensors), and only such a process:
+whoever holds a pickled share may map its memory, as whoever holds a cudaIpc handle may. multiprocessing.reduction.DupFd does the same through its resource sharer, but with
 a new connection and handshake for each descriptor, and a model's weights are hundreds of
 tensors (what that cost: docs/RESULTS.md, "Memory shared between processes").
 
@@ -37,10 +40,10 @@ class _Server:
     """The sender's side: copies of descriptors by key, handed to whoever asks for the key."""
 
     def __init__(self):
-        from multiprocessing import process
         from multiprocessing.connection import Listener
 
-        self._listener = Listener(family="AF_UNIX", authkey=process.current_process().authkey)
+        self.secret = os.urandom(32)
+        self._listener = Listener(family="AF_UNIX", authkey=self.secret)
         self.address = self._listener.address
         self._lock = threading.Lock()
         self._waiting = {}  # key -> copies of the descriptors, this process's to close
@@ -129,7 +132,7 @@ class _Batch:
 
 _lock = threading.Lock()
 _server = None
-_clients = {}  # a sender's address -> [connection, lock]
+_clients = {}  # (a sender's address, its secret) -> [connection, lock]
 _fetched = {}  # (a sender's address, key) -> _Batch with descriptors not yet taken
 
 
@@ -141,15 +144,13 @@ def _server_here():
         return _server
 
 
-def _client(address):
-    from multiprocessing import process
+def _client(address, secret):
     from multiprocessing.connection import Client
 
     with _lock:
-        entry = _clients.get(address)
+        entry = _clients.get((address, secret))
         if entry is None:
-            entry = _clients[address] = [Client(address, authkey=process.current_process().authkey),
-                                         threading.Lock()]
+            entry = _clients[(address, secret)] = [Client(address, authkey=secret), threading.Lock()]
         return entry
 
 
@@ -236,19 +237,19 @@ class Descriptors:
         popen = context.get_spawning_popen()
         if popen is not None:
             self._fds = [popen.duplicate_for_child(fd) for fd in fds]
-            self._address = self._key = None
+            self._address = self._key = self._secret = None
             self._start = 0
             return
         server = _server_here()
         self._fds = None
-        self._address = server.address
+        self._address, self._secret = server.address, server.secret
         self._key, self._start = server.keep(fds)
 
     def detach(self):
         if self._key is None:
             return list(self._fds)
         entry = (self._address, self._key)
-        connection, lock = _client(self._address)
+        connection, lock = _client(self._address, self._secret)
         with lock:
             batch = _fetched.get(entry)
             if batch is None:
