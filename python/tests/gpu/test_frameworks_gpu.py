@@ -93,6 +93,22 @@ def test_cuda_tensors_sent_through_torch_multiprocessing_arrive_over_the_senders
         assert r[pair]["freed_after_receiver_released_mib"] >= 1024, r[pair]
 
 
+def test_cuda_tensors_reduced_and_pickled_reach_a_process_that_is_not_a_multiprocessing_child():
+    # RL frameworks send reduce_tensor's result through Ray or ZeroMQ to processes with no
+    # multiprocessing authkey in common: tidepool's share carries its own secret.
+    require("torch")
+    pairs = (("default", "default"), ("tidepool", "tidepool"), ("tidepool", "default"), ("default", "tidepool"))
+    r = {pair: run_workload("torch_ipc_unrelated.py", *pair) for pair in pairs}
+    print("reduced tensors through a file:", r)
+    for pair, figures in r.items():
+        assert "receiver_error" not in figures, figures
+        assert figures["sums_as_sent"] and figures["sender_sees_receivers_write"], figures
+        if pair[0] == "tidepool":
+            assert figures["kept_after_receiver_exited"] == 0, figures
+        else:  # the receiver's exit released its counters: the sender's allocator freed the 8 tensors
+            assert figures["allocated_after_receiver_exited_mib"] < 16, figures
+
+
 def test_a_cupy_array_shared_with_another_process_through_tidepool():
     require("cupy")
     r = run_workload("cupy_ipc.py")
