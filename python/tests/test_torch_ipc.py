@@ -23,7 +23,7 @@ def child(queue, answers):
     ptr = tensor.untyped_storage().data_ptr()
     answers.put({"class": type(tensor).__name__, "shape": list(tensor.shape),
                  "first": ctypes.c_ubyte.from_address(ptr).value,
-                 "imported": tidepool.imported_bytes()})
+                 "imported": tidepool.imported_bytes(), "events_waited": len(events_waited)})
     ctypes.c_ubyte.from_address(ptr + 1).value = 0x42
     try:
         ForkingPickler.dumps(tensor)
@@ -58,7 +58,7 @@ if __name__ == "__main__":
     r["send_on"] = answers.get(timeout=60)
     r["sender_reads_child_write"] = ctypes.c_ubyte.from_address(ptr + 1).value
     r["storage_kept_while_child_holds"] = storage() is not None
-    r["synchronized_before_send"] = calls.get("stream_synchronize", 0)
+    r["events_made"] = events_made[0]
     queue.put("let go")
     r["child_imported_after"] = answers.get(timeout=60)
     p.join(60)
@@ -74,11 +74,12 @@ def test_a_spawned_child_receives_a_cuda_tensor_over_the_senders_memory(tmp_path
     assert r["cpu_reduction"] == "_pytorchs_rebuild", r
     assert r["cuda_reduction"] == "rebuild_cuda_tensor", r
     assert r["kept_after_an_unsent_reduction"], r
-    assert r["received"] == {"class": "Tensor", "shape": [3 << 20], "first": 0x5A, "imported": 4 << 20}, r
+    assert r["received"] == {"class": "Tensor", "shape": [3 << 20], "first": 0x5A, "imported": 4 << 20,
+                             "events_waited": 1}, r
     assert "cannot be sent on to a third" in r["send_on"], r
     assert r["sender_reads_child_write"] == 0x42, r
     assert r["storage_kept_while_child_holds"], r
-    assert r["synchronized_before_send"] >= 1, r  # the stand-in has no interprocess events
+    assert r["events_made"] >= 1, r
     assert r["child_imported_after"] == 0, r
     assert r["storage_dropped_after"], r
 
@@ -173,3 +174,24 @@ print(json.dumps(r))
     assert r["gone"][0] == "TIDEPOOL_UNAVAILABLE" and "cannot reach process 4194000" in r["gone"][1], r
     assert r["released_on_refusals"] == [7, 8, 9], r
     assert r["other"] == ["RuntimeError", "CUDA error: out of memory"], r
+
+
+def test_a_messages_tensors_share_one_event_made_by_the_sender_and_opened_by_the_receiver():
+    r = run_with_stand_in("""
+import ctypes, json
+from multiprocessing.reduction import ForkingPickler
+import tidepool
+tidepool.torch.use()
+pointers = [tidepool.allocate(1 << 20) for _ in range(8)]
+tensors = [torch.Tensor(p, nbytes=1 << 20) for p in pointers]
+made, waited = events_made[0], len(events_waited)
+received = ForkingPickler.loads(ForkingPickler.dumps(tensors))
+r = {"received": len(received), "made": events_made[0] - made, "waited": len(events_waited) - waited}
+made = events_made[0]
+alone = [ForkingPickler.loads(ForkingPickler.dumps(t)) for t in tensors[:3]]
+r["made_alone"] = events_made[0] - made
+del received, alone
+print(json.dumps(r))
+""", TIDEPOOL_SIM_HOST_MEMORY=1, TIDEPOOL_SIM_UUID="torch-events")
+    assert r["received"] == 8 and r["made"] == 1 and r["waited"] == 1, r
+    assert r["made_alone"] == 3, r

@@ -263,10 +263,18 @@ torch._utils = types.SimpleNamespace(_rebuild_tensor=lambda typed, offset, size,
     typed._untyped_storage, offset, size, stride))
 torch.storage = types.SimpleNamespace(TypedStorage=lambda wrap_storage, dtype, _internal: types.SimpleNamespace(
     _untyped_storage=wrap_storage, dtype=dtype))
-class Event:
+class Event:  # interprocess events: `events_made` counts them, `events_waited` their opened handles
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        events_made[0] += 1
+        self.handle = b"event-%d" % events_made[0]
+    def record(self, stream=None):
+        pass
+    def ipc_handle(self):
+        return self.handle
     @staticmethod
     def from_ipc_handle(device, handle):
         return types.SimpleNamespace(wait=lambda stream: events_waited.append(handle))
+events_made = [0]
 torch.cuda.Event = Event
 # torch.cuda.use_mem_pool as PyTorch 2.11 has it: a context manager over a MemPool (recorded in
 # `pools_used`; a MemPool cannot be made under a pluggable allocator, so any pool will do here).

@@ -29,11 +29,19 @@ import threading
 _PER_MESSAGE = 253  # SCM_MAX_FD on Linux
 
 # The sender's message being pickled on this thread: `key` is None outside ForkingPickler.dumps,
-# 0 inside it until a share keeps descriptors, then the message's key.
+# 0 inside it until a share keeps descriptors, then the message's key; `state`, what the message's
+# reductions keep once for all of them (message_state).
 _pickling = threading.local()
-# The receiver's messages being unpickled on this thread (ForkingPickler.loads): the batches they
-# fetched, whose untaken descriptors are closed when the message is done.
+# The receiver's messages being unpickled on this thread (ForkingPickler.loads): `batches`, the
+# batches they fetched, whose untaken descriptors are closed when the message is done; `state`.
 _unpickling = threading.local()
+
+
+def message_state(receiving=False):
+    """A dict that lives while the message being pickled on this thread (or, `receiving`,
+    unpickled) does, for what its reductions make once for all of them (the event that the
+    receiver's stream waits on); None outside a message."""
+    return getattr(_unpickling if receiving else _pickling, "state", None)
 
 
 class _Server:
@@ -176,8 +184,8 @@ if hasattr(os, "register_at_fork"):
 
 @contextlib.contextmanager
 def _one_message_pickled():
-    outer = getattr(_pickling, "key", None)
-    _pickling.key = 0
+    outer = getattr(_pickling, "key", None), getattr(_pickling, "state", None)
+    _pickling.key, _pickling.state = 0, {}
     try:
         yield
     except BaseException:
@@ -185,17 +193,18 @@ def _one_message_pickled():
             _server.discard(_pickling.key)
         raise
     finally:
-        _pickling.key = outer
+        _pickling.key, _pickling.state = outer
 
 
 @contextlib.contextmanager
 def _one_message_unpickled():
-    outer = getattr(_unpickling, "batches", None)
-    _unpickling.batches = []
+    outer = getattr(_unpickling, "batches", None), getattr(_unpickling, "state", None)
+    _unpickling.batches, _unpickling.state = [], {}
     try:
         yield
     finally:
-        batches, _unpickling.batches = _unpickling.batches, outer
+        batches = _unpickling.batches
+        _unpickling.batches, _unpickling.state = outer
         with _lock:
             for entry in batches:
                 batch = _fetched.pop(entry, None)

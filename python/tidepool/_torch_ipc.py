@@ -9,7 +9,8 @@ tensor's storage through tidepool.share_memory (_ipc.py): the storage's physical
 file descriptors, and the receiver maps them and rebuilds the tensor over them, with its dtype,
 shape, strides, offset, requires_grad and class (Parameter). As with PyTorch's allocator:
 - the receiver waits on its current stream for the sender's work queued before the send (an
-  interprocess CUDA event recorded on the sender's current stream);
+  interprocess CUDA event recorded on the sender's current stream, one for all the tensors of a
+  message on that stream, opened once by the receiver);
 - the sender keeps the storage alive, even once the program dropped the tensor, until every
   receiver has let go (its tensor collected, or its process ended), so its bytes are not handed
   out again under a receiver;
@@ -90,15 +91,36 @@ def _reduce_cuda_tensor(torch, tensor, original):
 def _ready_event(torch, device):
     """An interprocess event recorded on the sender's current stream and its handle, so the
     receiver's stream waits for the work that wrote the tensor; where CUDA makes none, the
-    current stream is synchronized instead (None, None)."""
+    current stream is synchronized instead (None, None). One for all the tensors of a message on
+    one stream: recorded at the first, it follows all the work queued before the send."""
     stream = torch.cuda.current_stream(device)
+    message = _ipc.message_state()
+    key = ("ready event", device.index, stream.cuda_stream)
+    if message is not None and key in message:
+        return message[key]
     try:
         event = torch.cuda.Event(interprocess=True)
         event.record(stream)
-        return event, event.ipc_handle()
+        ready = event, event.ipc_handle()
     except (RuntimeError, TypeError, AttributeError):
         stream.synchronize()
-        return None, None
+        ready = None, None
+    if message is not None:
+        message[key] = ready
+    return ready
+
+
+def _wait_for_sender(torch, device, event_handle):
+    """Makes the current stream wait for the sender's event, opened once for all the tensors of
+    a message that name it."""
+    stream = torch.cuda.current_stream(device)
+    message = _ipc.message_state(receiving=True)
+    key = ("waited", bytes(event_handle), device.index, stream.cuda_stream)
+    if message is not None and key in message:
+        return
+    torch.cuda.Event.from_ipc_handle(device, event_handle).wait(stream)
+    if message is not None:
+        message[key] = True
 
 
 def rebuild_cuda_tensor(memory, event_handle, cls, dtype, shape, stride, storage_offset, requires_grad):
@@ -108,7 +130,7 @@ def rebuild_cuda_tensor(memory, event_handle, cls, dtype, shape, stride, storage
 
     device = torch.device("cuda", memory.device)
     if event_handle is not None:
-        torch.cuda.Event.from_ipc_handle(device, event_handle).wait(torch.cuda.current_stream(device))
+        _wait_for_sender(torch, device, event_handle)
     raw = torch.as_tensor(memory, device=device)  # bytes, no copy; holds `memory` until freed
     tensor = torch.empty((0,), dtype=dtype, device=device).set_(raw.untyped_storage(), storage_offset, shape, stride)
     return _as_class(torch, tensor, cls, requires_grad)
