@@ -195,6 +195,8 @@ def test_a_messages_shares_travel_under_one_key_and_a_mapping_serves_every_later
         r["mapped_after_all_closed"] = tidepool.imported_bytes()
         r["imported_after_all_closed"] = tidepool._ipc.is_imported(first[0].ptr)
         # A message whose unpickling fails after its first share: what the rest left is closed.
+        # (The server closes its copies of a batch after sending them: counted once it did.)
+        r["served"] = wait_for(lambda: server.batches_served == 2)
         before = open_fds()
         broken = ForkingPickler.dumps([shares[0], Boom(), shares[1]])
         try:
@@ -202,6 +204,7 @@ def test_a_messages_shares_travel_under_one_key_and_a_mapping_serves_every_later
         except RuntimeError as error:
             r["broken"] = str(error)
         gc.collect()
+        r["served"] = r["served"] and wait_for(lambda: server.batches_served == 3)
         r["fds_left_by_broken"] = open_fds() - before
         r["mapped_after_broken"] = tidepool.imported_bytes()
         # One that fails while pickled: the copies kept for it are closed.
@@ -224,7 +227,7 @@ def test_a_messages_shares_travel_under_one_key_and_a_mapping_serves_every_later
     assert r["same_pointers"] and r["mapped_again"] == 0, r
     assert r["mapped_after_first_closed"] and r["readable"] == 8 and r["imported_after_first_closed"], r
     assert r["mapped_after_all_closed"] == 0 and not r["imported_after_all_closed"], r
-    assert r["broken"] == "unpickling failed on purpose", r
+    assert r["broken"] == "unpickling failed on purpose" and r["served"], r
     assert r["fds_left_by_broken"] == 0 and r["mapped_after_broken"] == 0, r
     assert r["unpicklable"] in ("PicklingError", "AttributeError", "TypeError"), r
     assert r["waiting_after_unpicklable"] == 0 and r["fds_left_by_unpicklable"] == 0, r

@@ -30,7 +30,7 @@ import select
 import threading
 
 from . import _arguments, _errors, _library
-from ._ipc_descriptors import Descriptors, install_message_hooks, message_state  # noqa: F401  (_torch_ipc's)
+from ._ipc_descriptors import Descriptors, install_message_hooks
 
 _first_capacity = 64  # handles under one allocation asked for first; more on a second try
 

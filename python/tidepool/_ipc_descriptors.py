@@ -3,15 +3,16 @@ it.
 
 With the arguments of a child being spawned they go as multiprocessing sends any descriptor there
 (the spawning Popen passes them on). Otherwise (a queue, a pipe, a child's later messages) the
-sender keeps copies under a key, and the receiver asks the sender's descriptor server for them
-with the key: one Unix socket per pair of processes, authenticated once, then kept, and the
-descriptors sent over it with SCM_RIGHTS (at most 253 a message). The server's secret is the
-sending process's own and travels in the pickled share, so any process on the machine that gets
-the bytes can receive (a multiprocessing child, or a process that got them through Ray, ZeroMQ or
-a file, as RL frameworks send torch.multiprocessing's reduced tensors), and only such a process:
-whoever holds a pickled share may map its memory, as whoever holds a cudaIpc handle may. multiprocessing.reduction.DupFd does the same through its resource sharer, but with
-a new connection and handshake for each descriptor, and a model's weights are hundreds of
-tensors (what that cost: docs/RESULTS.md, "Memory shared between processes").
+sender keeps copies under a key, and the receiver asks the sender's descriptor server for them with
+the key: one Unix socket per pair of processes, authenticated once, then kept, and the descriptors
+sent over it with SCM_RIGHTS (at most 253 a message). The server's secret is the sending process's
+own and travels in the pickled share, so any process on the machine that gets the bytes can receive
+(a multiprocessing child, or a process that got them through Ray, ZeroMQ or a file, as RL
+frameworks send torch.multiprocessing's reduced tensors), and only such a process: whoever holds a
+pickled share may map its memory, as whoever holds a cudaIpc handle may.
+multiprocessing.reduction.DupFd does the same through its resource sharer, but with a new
+connection and handshake for each descriptor, and a model's weights are hundreds of tensors (what
+that cost: docs/RESULTS.md, "Memory shared between processes").
 
 One message, one round trip: while ForkingPickler.dumps pickles a message (what a queue's feeder,
 Connection.send and SimpleQueue.put call once a message), every share in it keeps its descriptors
@@ -56,6 +57,9 @@ class _Server:
         self._lock = threading.Lock()
         self._waiting = {}  # key -> copies of the descriptors, this process's to close
         self._next_key = 0
+        # Keys whose descriptors went out, counted once this process closed its copies (after
+        # the receiver has them: what a count of this process's open descriptors waits for).
+        self.batches_served = 0
         threading.Thread(target=self._accept, name="tidepool-ipc-descriptors", daemon=True).start()
 
     def keep(self, fds):
@@ -111,6 +115,8 @@ class _Server:
                 finally:
                     for fd in copies:
                         os.close(fd)
+                    with self._lock:
+                        self.batches_served += 1
 
 
 class _Batch:

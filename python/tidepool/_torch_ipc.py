@@ -25,7 +25,7 @@ use() turns that refusal into tidepool's error saying so.
 
 import functools
 
-from . import _errors, _ipc
+from . import _errors, _ipc, _ipc_descriptors
 
 _MARK = "_tidepool_shares_cuda_tensors"
 
@@ -48,7 +48,7 @@ def share_cuda_tensors(torch):
     original = reductions.reduce_tensor
     if getattr(original, _MARK, False):
         return
-    _ipc.install_message_hooks()  # a message's tensors fetched by the receiver at once
+    _ipc_descriptors.install_message_hooks()  # a message's tensors fetched by the receiver at once
 
     @functools.wraps(original)
     def reduce_tensor(tensor):
@@ -94,7 +94,7 @@ def _ready_event(torch, device):
     current stream is synchronized instead (None, None). One for all the tensors of a message on
     one stream: recorded at the first, it follows all the work queued before the send."""
     stream = torch.cuda.current_stream(device)
-    message = _ipc.message_state()
+    message = _ipc_descriptors.message_state()
     key = ("ready event", device.index, stream.cuda_stream)
     if message is not None and key in message:
         return message[key]
@@ -114,7 +114,7 @@ def _wait_for_sender(torch, device, event_handle):
     """Makes the current stream wait for the sender's event, opened once for all the tensors of
     a message that name it."""
     stream = torch.cuda.current_stream(device)
-    message = _ipc.message_state(receiving=True)
+    message = _ipc_descriptors.message_state(receiving=True)
     key = ("waited", bytes(event_handle), device.index, stream.cuda_stream)
     if message is not None and key in message:
         return
