@@ -63,9 +63,9 @@ class page_table {
     // the driver's export is slow beside a copy of the descriptor (docs/RESULTS.md, "Memory
     // shared between processes").
     int export_fd = -1;
-    // Names that export to importers (page_table::export_handle): the same for every export
-    // while the handle lives, never another handle's in this process, so that an importer
-    // already mapping it can reuse its mapping.
+    // That export's id, which importers see (page_table::export_handle): the same for every
+    // export while the handle lives, never another handle's in this process, so that an
+    // importer already mapping the handle can reuse its mapping.
     std::uint64_t export_id = 0;
   };
 
