@@ -7,11 +7,10 @@ with no tidepool call in the program's code.
 PyTorch's pluggable allocator interface passes none of its graph-pool calls on (capture_begin's
 beginAllocateToPool reaches no pluggable allocator), so the pool is read where it is still known:
 `torch.cuda.CUDAGraph.capture_begin` and `capture_end` are wrapped (torch.cuda.graph calls them).
-Each PyTorch pool handle (the tuple that
-torch.cuda.graph_pool_handle() or CUDAGraph.pool() returns) maps to one tidepool.GraphPool. A
-capture with no `pool=` gets a graph pool of its own, which is what PyTorch's private pool is; once
-the capture ends its CUDAGraph.pool() is mapped to that graph pool too, so a later capture given
-`pool=graph.pool()` shares with it, as in PyTorch.
+Each PyTorch pool handle (the tuple that torch.cuda.graph_pool_handle() or CUDAGraph.pool()
+returns) maps to one tidepool.GraphPool. A capture with no `pool=` gets a graph pool of its own,
+which is what PyTorch's private pool is; once the capture ends its CUDAGraph.pool() is mapped to
+that graph pool too, so a later capture given `pool=graph.pool()` shares with it, as in PyTorch.
 
 The graph pool is entered for all threads (GraphPool(all_threads=True)) after PyTorch began the
 capture, and left once it ended: a captured backward pass allocates on PyTorch's autograd thread.
