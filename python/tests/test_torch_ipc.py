@@ -137,11 +137,19 @@ r["view"] = [list(tensor.shape), list(tensor.stride()), tensor.storage_offset(),
 r["mapped"] = tidepool.imported_bytes()
 r["events_waited"] = len(events_waited)
 again = receive(expandable, 6)  # the same storage while the first lives: PyTorch's cache, counter released at once
+from multiprocessing.reduction import ForkingPickler
+try:
+    ForkingPickler.dumps(tensor)
+except tidepool.InvalidArgumentError as error:
+    r["sent_on"] = str(error)
+from tidepool import _torch_ipc_receive
+r["marked_received"] = _torch_ipc_receive.is_received(received)
 r["again_same_storage"] = again.untyped_storage() is tensor.untyped_storage()
 r["released_while_held"] = list(released_counters)
 del tensor, again
 gc.collect()
 r["released_after"] = list(released_counters)
+r["marked_after"] = _torch_ipc_receive.is_received(received)
 r["mapped_after"] = tidepool.imported_bytes()
 r["synchronized"] = calls.get("stream_synchronize", 0)
 def refusal(handle, counter, **kwargs):
@@ -167,6 +175,8 @@ print(json.dumps(r))
     assert r["view"] == [[2 << 20], [2], 1, True], r
     assert r["mapped"] >= 4 << 20 and r["events_waited"] >= 1, r
     assert r["again_same_storage"] and r["released_while_held"] == [["/torch_1_2_3", 6]], r
+    assert "cannot be sent on to a third" in r["sent_on"], r
+    assert r["marked_received"] and not r["marked_after"], r
     assert r["released_after"] == [["/torch_1_2_3", 6], ["/torch_1_2_3", 5]], r
     assert r["mapped_after"] == 0 and r["synchronized"] >= 1, r
     assert r["cuda_malloc"][0] == "TIDEPOOL_UNAVAILABLE" and "no cudaIpc memory handles" in r["cuda_malloc"][1], r

@@ -25,7 +25,7 @@ use() turns that refusal into tidepool's error saying so.
 
 import functools
 
-from . import _errors, _ipc, _ipc_descriptors
+from . import _errors, _ipc, _ipc_descriptors, _torch_ipc_receive
 
 _MARK = "_tidepool_shares_cuda_tensors"
 
@@ -75,7 +75,7 @@ def _reduce_cuda_tensor(torch, tensor, original):
     if storage.nbytes() == 0:
         return rebuild_empty_cuda_tensor, (tensor.device.index,) + metadata
     ptr = storage.data_ptr()
-    if _ipc.is_imported(ptr):
+    if _ipc.is_imported(ptr) or _torch_ipc_receive.is_received(ptr):
         raise _errors.error_for(_errors.INVALID_ARGUMENT, SEND_ON_MESSAGE)
     event, handle = _ready_event(torch, tensor.device)
     try:

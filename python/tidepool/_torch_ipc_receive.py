@@ -17,13 +17,15 @@ is used; the tensor is registered in reductions.shared_cache, so later receipts 
 reuse it (PyTorch's rebuild then releases their counters at once); when the storage dies, the
 device's stream is synchronized and the sender's reference counter for this receipt decremented
 (torch.UntypedStorage._release_ipc_counter_cuda), so that the sender's allocator may free the
-block. A storage that cannot be mapped releases its counter too, and raises tidepool's error.
+block. A storage that cannot be mapped releases its counter too, and raises tidepool's error. A
+tensor received so cannot be sent on (is_received: _torch_ipc refuses it with its message).
 """
 
 import ctypes
 import functools
 import os
 import struct
+import threading
 
 from . import _errors, _ipc, _library
 
@@ -105,6 +107,8 @@ class _ReceivedStorage:
             self._close = memory.close
             self.ptr = memory.ptr
         self.bytes = size
+        with _lock:
+            _received[self.ptr] = _received.get(self.ptr, 0) + 1
 
     @property
     def __cuda_array_interface__(self):
@@ -114,10 +118,23 @@ class _ReceivedStorage:
         close, self._close = self._close, None
         if close is None:
             return
+        with _lock:
+            left = _received.pop(self.ptr, 1) - 1
+            if left:
+                _received[self.ptr] = left
         try:
             close()  # waits for the device, then unmaps
         finally:
             self._release()
+
+
+_lock = threading.Lock()
+_received = {}  # pointer -> storages received from PyTorch's allocator that start there
+
+
+def is_received(ptr):
+    """Whether `ptr` starts a storage received here from a process on PyTorch's own allocator."""
+    return ptr in _received
 
 
 def _handle_kind(handle):
