@@ -142,14 +142,13 @@ try:
     ForkingPickler.dumps(tensor)
 except tidepool.InvalidArgumentError as error:
     r["sent_on"] = str(error)
-from tidepool import _torch_ipc_receive
-r["marked_received"] = _torch_ipc_receive.is_received(received)
+r["marked_received"] = _ipc.is_imported(received)
 r["again_same_storage"] = again.untyped_storage() is tensor.untyped_storage()
 r["released_while_held"] = list(released_counters)
 del tensor, again
 gc.collect()
 r["released_after"] = list(released_counters)
-r["marked_after"] = _torch_ipc_receive.is_received(received)
+r["marked_after"] = _ipc.is_imported(received)
 r["mapped_after"] = tidepool.imported_bytes()
 r["synchronized"] = calls.get("stream_synchronize", 0)
 def refusal(handle, counter, **kwargs):

@@ -119,7 +119,7 @@ class _Mapping:
 
 _lock = threading.Lock()
 _mappings = {}  # (sender's token, GPU UUID, handle ids, handle sizes) -> _Mapping, while views use it
-_views = {}  # pointer -> number of open ImportedMemory views whose memory starts there (is_imported)
+_views = {}  # pointer -> received memory starting there, still mapped (add_received, is_imported)
 
 
 class ImportedMemory:
@@ -155,8 +155,7 @@ class ImportedMemory:
         self.ptr = mapping.base + offset
         self.bytes = nbytes
         self.device = mapping.device
-        with _lock:
-            _views[self.ptr] = _views.get(self.ptr, 0) + 1
+        add_received(self.ptr)
 
     @property
     def __cuda_array_interface__(self):
@@ -169,11 +168,9 @@ class ImportedMemory:
         ptr, self.ptr = self.ptr, 0
         mapping, self._mapping = self._mapping, None
         last = False
+        if ptr:
+            drop_received(ptr)
         with _lock:
-            if ptr:
-                _views[ptr] -= 1
-                if not _views[ptr]:
-                    del _views[ptr]
             if mapping is not None:
                 mapping.views -= 1
                 last = mapping.views == 0
@@ -224,8 +221,24 @@ def _import(device_uuid, fds, handle_sizes, offset, nbytes, key):
     return mapping
 
 
+def add_received(ptr):
+    """Counts memory received from another process that starts at `ptr` (an ImportedMemory, or a
+    storage that PyTorch's own allocator sent, _torch_ipc_receive.py): not to be shared on."""
+    with _lock:
+        _views[ptr] = _views.get(ptr, 0) + 1
+
+
+def drop_received(ptr):
+    """Undoes one add_received(ptr)."""
+    with _lock:
+        left = _views.pop(ptr, 1) - 1
+        if left:
+            _views[ptr] = left
+
+
 def is_imported(ptr):
-    """Whether `ptr` is the first byte of memory this process imported and has not closed."""
+    """Whether `ptr` is the first byte of memory this process received from another process (and
+    still maps)."""
     return ptr in _views
 
 

@@ -28,6 +28,7 @@ import socket
 import threading
 
 _PER_MESSAGE = 253  # SCM_MAX_FD on Linux
+_TAKEN_ALREADY = "(a shared allocation can be unpickled once for each time it was pickled)"
 
 # The sender's message being pickled on this thread: `key` is None outside ForkingPickler.dumps,
 # 0 inside it until a share keeps descriptors, then the message's key; `state`, what the message's
@@ -130,7 +131,7 @@ class _Batch:
     def take(self, start, count, key):
         if start + count > len(self.fds) or any(fd is None for fd in self.fds[start:start + count]):
             raise RuntimeError(f"tidepool: the sending process has no descriptors under key {key} at {start} "
-                               "(a shared allocation can be unpickled once for each time it was pickled)")
+                               + _TAKEN_ALREADY)
         taken = self.fds[start:start + count]
         self.fds[start:start + count] = [None] * count
         self.left -= count
@@ -289,8 +290,7 @@ def _fetch(connection, key):
         connection.send(key)
         count = connection.recv()
         if count < 0:
-            raise RuntimeError(f"tidepool: the sending process has no descriptors under key {key} "
-                               "(a shared allocation can be unpickled once for each time it was pickled)")
+            raise RuntimeError(f"tidepool: the sending process has no descriptors under key {key} " + _TAKEN_ALREADY)
         received = []
         while len(received) < count:
             received += reduction.recvfds(sock, min(_PER_MESSAGE, count - len(received)))

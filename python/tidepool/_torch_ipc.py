@@ -25,7 +25,7 @@ use() turns that refusal into tidepool's error saying so.
 
 import functools
 
-from . import _errors, _ipc, _ipc_descriptors, _torch_ipc_receive
+from . import _errors, _ipc, _ipc_descriptors
 
 _MARK = "_tidepool_shares_cuda_tensors"
 
@@ -75,7 +75,7 @@ def _reduce_cuda_tensor(torch, tensor, original):
     if storage.nbytes() == 0:
         return rebuild_empty_cuda_tensor, (tensor.device.index,) + metadata
     ptr = storage.data_ptr()
-    if _ipc.is_imported(ptr) or _torch_ipc_receive.is_received(ptr):
+    if _ipc.is_imported(ptr):
         raise _errors.error_for(_errors.INVALID_ARGUMENT, SEND_ON_MESSAGE)
     event, handle = _ready_event(torch, tensor.device)
     try:
@@ -110,7 +110,7 @@ def _ready_event(torch, device):
     return ready
 
 
-def _wait_for_sender(torch, device, event_handle):
+def wait_for_sender(torch, device, event_handle):
     """Makes the current stream wait for the sender's event, opened once for all the tensors of
     a message that name it."""
     stream = torch.cuda.current_stream(device)
@@ -130,7 +130,7 @@ def rebuild_cuda_tensor(memory, event_handle, cls, dtype, shape, stride, storage
 
     device = torch.device("cuda", memory.device)
     if event_handle is not None:
-        _wait_for_sender(torch, device, event_handle)
+        wait_for_sender(torch, device, event_handle)
     raw = torch.as_tensor(memory, device=device)  # bytes, no copy; holds `memory` until freed
     tensor = torch.empty((0,), dtype=dtype, device=device).set_(raw.untyped_storage(), storage_offset, shape, stride)
     return _as_class(torch, tensor, cls, requires_grad)

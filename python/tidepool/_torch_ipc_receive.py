@@ -18,16 +18,15 @@ reuse it (PyTorch's rebuild then releases their counters at once); when the stor
 device's stream is synchronized and the sender's reference counter for this receipt decremented
 (torch.UntypedStorage._release_ipc_counter_cuda), so that the sender's allocator may free the
 block. A storage that cannot be mapped releases its counter too, and raises tidepool's error. A
-tensor received so cannot be sent on (is_received: _torch_ipc refuses it with its message).
+tensor received so cannot be sent on (counted as received memory: _ipc.is_imported).
 """
 
 import ctypes
 import functools
 import os
 import struct
-import threading
 
-from . import _errors, _ipc, _library
+from . import _errors, _ipc, _library, _torch_ipc
 
 _MARK = "_tidepool_receives_pytorch_tensors"
 _REFUSAL = "does not yet support getIpcDevPtr"
@@ -67,7 +66,7 @@ def _rebuild(torch, reductions, tensor_cls, tensor_size, tensor_stride, tensor_o
     release = functools.partial(_release_counter, torch, device, ref_counter_handle, ref_counter_offset)
     try:
         if event_sync_required:
-            torch.cuda.Event.from_ipc_handle(device, event_handle).wait(torch.cuda.current_stream(device))
+            _torch_ipc.wait_for_sender(torch, device, event_handle)
         memory = _ReceivedStorage(storage_handle, storage_device, storage_offset_bytes, storage_size_bytes,
                                   release)
     except BaseException:
@@ -100,15 +99,14 @@ class _ReceivedStorage:
         kind = _handle_kind(handle)
         if kind == b"c":
             base = _open_cuda_ipc(device, handle[-64:])
-            self._close = functools.partial(_close_cuda_ipc, base)
             self.ptr = base + offset
+            _ipc.add_received(self.ptr)  # an ImportedMemory (below) counts itself
+            self._close = functools.partial(_close_cuda_ipc, base, self.ptr)
         else:
             memory = _import_expandable_segment(handle, device, offset, size)
             self._close = memory.close
             self.ptr = memory.ptr
         self.bytes = size
-        with _lock:
-            _received[self.ptr] = _received.get(self.ptr, 0) + 1
 
     @property
     def __cuda_array_interface__(self):
@@ -118,23 +116,10 @@ class _ReceivedStorage:
         close, self._close = self._close, None
         if close is None:
             return
-        with _lock:
-            left = _received.pop(self.ptr, 1) - 1
-            if left:
-                _received[self.ptr] = left
         try:
             close()  # waits for the device, then unmaps
         finally:
             self._release()
-
-
-_lock = threading.Lock()
-_received = {}  # pointer -> storages received from PyTorch's allocator that start there
-
-
-def is_received(ptr):
-    """Whether `ptr` starts a storage received here from a process on PyTorch's own allocator."""
-    return ptr in _received
 
 
 def _handle_kind(handle):
@@ -158,7 +143,8 @@ def _open_cuda_ipc(device, handle64):
     return ptr.value
 
 
-def _close_cuda_ipc(base):
+def _close_cuda_ipc(base, ptr):
+    _ipc.drop_received(ptr)
     _library.check(_library.load().tidepool_close_cuda_ipc_memory(ctypes.c_void_p(base)))
 
 

@@ -80,14 +80,9 @@ tidepool_status tidepool_device_uuid(int device, uint8_t uuid[16]) {
   return guarded([&] {
     constexpr const char* function = "tidepool_device_uuid";
     if (uuid == nullptr) throw_null_argument(function, "uuid");
-    const auto drv = tidepool::default_driver();
-    if (device < 0 || device >= drv->device_count()) {
-      throw tidepool::error(tidepool::error_code::invalid_device,
-                            fmt::format("{}: device {} does not exist (this process sees {})", function, device,
-                                        drv->device_count()));
-    }
+    check_device_exists(device);
     tidepool::device_uuid_bytes bytes{};
-    if (const auto status = drv->device_uuid(device, &bytes); status != tidepool::driver_status::success) {
+    if (const auto status = tidepool::default_driver()->device_uuid(device, &bytes); status != tidepool::driver_status::success) {
       throw tidepool::error(tidepool::error_code::unavailable,
                             fmt::format("{}: the driver names no UUID for device {} ({})", function, device,
                                         tidepool::to_string(status)));

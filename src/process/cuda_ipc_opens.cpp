@@ -37,11 +37,7 @@ open_registry& registry() {
 
 void* open_cuda_ipc_memory(int device, const ipc_memory_handle& handle) {
   const auto drv = default_driver();
-  if (device < 0 || device >= drv->device_count()) {
-    throw error(error_code::invalid_device,
-                fmt::format("cannot open a CUDA IPC memory handle on device {}: this process sees {} devices",
-                            device, drv->device_count()));
-  }
+  detail::check_device(*drv, device);
   if (const driver_status opened = drv->open_context(device); opened != driver_status::success) {
     throw error(error_code::driver_failure,
                 fmt::format("cannot open a CUDA IPC memory handle: device {}'s context ({})", device,

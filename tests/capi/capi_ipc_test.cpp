@@ -314,6 +314,12 @@ TEST_F(CApiIpc, CudaIpcHandlesAreRefusedClearlyWhereTheDriverHasNone) {
   EXPECT_NE(last_error().find("not memory opened from a CUDA IPC handle"), std::string::npos) << last_error();
   EXPECT_EQ(tidepool_close_cuda_ipc_memory(nullptr), TIDEPOOL_INVALID_POINTER) << last_error();
   free(q);
+  // The UUID a receiver finds the GPU of such a handle by.
+  std::array<uint8_t, 16> uuid{};
+  EXPECT_EQ(tidepool_device_uuid(0, uuid.data()), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_NE(uuid, (std::array<uint8_t, 16>{}));
+  EXPECT_EQ(tidepool_device_uuid(7, uuid.data()), TIDEPOOL_INVALID_DEVICE) << last_error();
+  EXPECT_EQ(tidepool_device_uuid(0, nullptr), TIDEPOOL_INVALID_ARGUMENT) << last_error();
 }
 
 }  // namespace
