@@ -5,9 +5,10 @@
 # build/report.html. Extra arguments go to `tidepool view` (e.g. --passes 3). Then the same traces
 # with the experimental option alias_free_handles, one line each.
 # Then workloads the pool was not tuned on: the loader generated with seeds 2-10 and the synthetic
-# MoE, serving, random-mix, checkpointed-training and RL traces of bench/synthetic/make_traces.py with
-# seeds 1-10, each replayed three times beside expandable segments, one line each and the goals
-# over all of them
+# traces of bench/synthetic/make_traces.py (MoE, serving, random mix, checkpointed training, RL,
+# data-parallel with a communication stream, GNN, U-Net, a regridding science code) with seeds
+# 1-10, each replayed three times beside expandable segments, one line each and the goals over all
+# of them
 # (UNSEEN_SEEDS="1 2 3" picks fewer seeds; UNSEEN_SEEDS= skips the part).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +29,7 @@ trap 'rm -rf "$unseen"' EXIT
 for seed in $seeds; do
   [ "$seed" = 1 ] || "$tool" generate-loader "$unseen/loader_$seed.csv.gz" --seed "$seed" > /dev/null
   python3 "$root/bench/synthetic/make_traces.py" "$unseen/$seed" "$seed" > /dev/null
-  for kind in moe server mixed ckpt rl; do mv "$unseen/$seed/$kind.csv.gz" "$unseen/${kind}_$seed.csv.gz"; done
+  for trace in "$unseen/$seed"/*.csv.gz; do kind=$(basename "$trace" .csv.gz); mv "$trace" "$unseen/${kind}_$seed.csv.gz"; done
 done
 echo
 echo "=== Workloads tidepool was not tuned on (seeds: $seeds; the loader's seed 1 is the bundled trace)"

@@ -21,11 +21,21 @@ section 0, "Workloads it was not tuned on"):
           bf16 and float32 logits of the completion, gradients made in the backward pass and freed
           by zero_grad; AdamW's state from the first step). Width, grouped-query width, depth,
           vocabulary and token budget drawn from the seed; prompt and completion lengths each step.
+  ddp     data-parallel training with a communication stream: activations on the compute stream,
+          25 MiB gradient buckets made there and freed on a second stream once reduced (a free on
+          another stream than the allocation's, as RMM's and cudaFreeAsync's callers make), the
+          sequence length new each step.
+  gnn     graph neural network mini-batches by neighbour sampling: node and edge counts vary 16x
+          from step to step, messages per edge, aggregates per node.
+  unet    a diffusion model's U-Net at a resolution drawn each step, the batch fitted to a pixel
+          budget: skip activations kept down the encoder until the decoder takes them, attention
+          scores at the low resolutions.
+  amr     a GPU science code (CuPy style): a solver's fields and temporaries on a grid that adaptive
+          mesh refinement regrids now and then (larger or smaller), with small reductions.
 
     python3 bench/synthetic/make_traces.py OUT_DIR [SEED]
 
-writes OUT_DIR/moe.csv.gz, server.csv.gz, mixed.csv.gz, ckpt.csv.gz and rl.csv.gz; the same seed
-gives the same traces.
+writes OUT_DIR/NAME.csv.gz for each NAME above; the same seed gives the same traces.
 Replay them with `build/tools/tidepool replay OUT_DIR/*.csv.gz --passes 3`.
 """
 
@@ -35,35 +45,38 @@ import random
 import sys
 
 MiB = 1 << 20
+STREAM_HANDLES = 0x1000  # stream n > 0 of a trace is written as this + n
 
 
 class Trace:
-    """Rows of one thread on the default stream; pointers from a bump allocator, never reused."""
+    """Rows of one thread, on the default stream unless a row names another; pointers from a bump
+    allocator, never reused."""
 
     def __init__(self):
         self.rows = []
         self.next_pointer = 0x7F0000000000
         self.live = {}
 
-    def alloc(self, size):
+    def alloc(self, size, stream=0):
         size = max(512, (size + 511) // 512 * 512)
         pointer = self.next_pointer
         self.next_pointer += size + 4096
-        self.rows.append(("allocate", pointer, size))
+        self.rows.append(("allocate", pointer, size, stream))
         self.live[pointer] = size
         return pointer
 
-    def free(self, pointer):
-        self.rows.append(("free", pointer, self.live.pop(pointer)))
+    def free(self, pointer, stream=0):
+        self.rows.append(("free", pointer, self.live.pop(pointer), stream))
 
     def write(self, path):
         with gzip.open(path, "wt") as out:
             out.write("Thread,Time,Action,Pointer,Size,Stream\n")
-            for row, (action, pointer, size) in enumerate(self.rows, start=1):
+            for row, (action, pointer, size, stream) in enumerate(self.rows, start=1):
                 us = row * 10  # 10 us a row
                 hours, rest = divmod(us, 3_600_000_000)
                 minutes, rest = divmod(rest, 60_000_000)
-                out.write(f"0,{hours:02d}:{minutes:02d}:{rest / 1e6:09.6f},{action},{hex(pointer)},{size},0x0\n")
+                handle = hex(STREAM_HANDLES + stream) if stream else "0x0"
+                out.write(f"0,{hours:02d}:{minutes:02d}:{rest / 1e6:09.6f},{action},{hex(pointer)},{size},{handle}\n")
 
 
 def moe(seed, steps=60, layers=12, experts=16, d=2048):
@@ -273,12 +286,131 @@ def rl(seed, steps=20):
     return trace
 
 
+def ddp(seed, steps=40):
+    r = random.Random(seed)
+    d = r.choice([1024, 2048])
+    layers = r.choice([12, 24])
+    trace = Trace()
+    weights = [trace.alloc(n * 4) for _ in range(layers) for n in (3 * d * d, d * d, 4 * d * d, 4 * d * d)]
+    optimizer_state = []
+    for _ in range(steps):
+        length = r.randrange(256, 2048 + 1, 64)
+        tokens = (8192 // length) * length
+        kept = []
+        for _ in range(layers):
+            kept += [trace.alloc(tokens * d * 2), trace.alloc(tokens * 3 * d * 2), trace.alloc(tokens * 4 * d * 2)]
+        bucket = trace.alloc(25 * MiB)
+        for i, pointer in enumerate(reversed(kept), start=1):
+            gradient = trace.alloc(trace.live[pointer])
+            trace.free(pointer)
+            trace.free(gradient)
+            if i % 6 == 0:  # the bucket is full: reduced on the communication stream, freed there
+                trace.free(bucket, stream=1)
+                bucket = trace.alloc(25 * MiB)
+        trace.free(bucket, stream=1)
+        gradients = [trace.alloc(trace.live[w]) for w in weights]
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+    return trace
+
+
+def gnn(seed, steps=60):
+    r = random.Random(seed)
+    d = r.choice([128, 256, 512])
+    layers = r.choice([2, 3])
+    classes = 40
+    trace = Trace()
+    weights = [trace.alloc(d * d * 4) for _ in range(layers * 2)]
+    optimizer_state = []
+    for _ in range(steps):
+        nodes = int(2 ** r.uniform(14, 18))
+        edges = nodes * r.choice([10, 15, 25])
+        features = trace.alloc(nodes * d * 4)
+        edge_index = trace.alloc(edges * 2 * 8)
+        kept = []
+        for _ in range(layers):  # a message per edge, their sum per node, the layer's output
+            kept += [trace.alloc(edges * d * 4), trace.alloc(nodes * d * 4), trace.alloc(nodes * d * 4)]
+        logits = trace.alloc(nodes * classes * 4)
+        grad_logits = trace.alloc(nodes * classes * 4)
+        trace.free(logits)
+        for pointer in reversed(kept):
+            gradient = trace.alloc(trace.live[pointer])
+            trace.free(gradient)
+            trace.free(pointer)
+        trace.free(grad_logits)
+        gradients = [trace.alloc(trace.live[w]) for w in weights]
+        trace.free(edge_index)
+        trace.free(features)
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+    return trace
+
+
+def unet(seed, steps=40):
+    r = random.Random(seed)
+    base = r.choice([128, 192, 256])
+    trace = Trace()
+    weights = [trace.alloc(int(2 ** r.uniform(18, 24))) for _ in range(120)]
+    optimizer_state = []
+    for _ in range(steps):
+        resolution = r.choice([32, 48, 64, 96, 128])
+        batch = max(1, 64 * 64 * 32 // (resolution * resolution))
+        kept = []
+        channels, side = base, resolution
+        for _ in range(4):  # the encoder: two convolutions a level, attention where it is small
+            for _ in range(2):
+                kept += [trace.alloc(batch * channels * side * side * 2), trace.alloc(batch * channels * side * side * 2)]
+                if side <= 32:
+                    kept.append(trace.alloc(batch * side ** 4 * 2))
+            side //= 2
+            channels = min(channels * 2, base * 4)
+        for _ in range(4):  # the decoder: each level takes its skip (twice the channels)
+            side *= 2
+            channels = max(channels // 2, base)
+            kept += [trace.alloc(batch * channels * 2 * side * side * 2) for _ in range(3)]
+        output = trace.alloc(batch * 4 * resolution * resolution * 4)
+        grad_output = trace.alloc(batch * 4 * resolution * resolution * 4)
+        trace.free(output)
+        for pointer in reversed(kept):
+            gradient = trace.alloc(trace.live[pointer])
+            trace.free(pointer)
+            trace.free(gradient)
+        trace.free(grad_output)
+        gradients = [trace.alloc(trace.live[w]) for w in weights]
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+    return trace
+
+
+def amr(seed, iterations=3000):
+    r = random.Random(seed)
+    trace = Trace()
+    cells = int(2 ** r.uniform(22, 24))
+    fields = [trace.alloc(cells * 8) for _ in range(6)]
+    workspace = trace.alloc(cells * 16)
+    for _ in range(iterations):
+        if r.random() < 0.01:  # regrid: new fields, then the old ones go
+            cells = min(1 << 26, max(1 << 20, int(cells * r.uniform(0.7, 1.5))))
+            regridded = [trace.alloc(cells * 8) for _ in range(6)]
+            for pointer in fields:
+                trace.free(pointer)
+            fields = regridded
+            trace.free(workspace)
+            workspace = trace.alloc(cells * 16)
+        temporaries = [trace.alloc(cells * 8) for _ in range(r.randint(2, 5))]
+        trace.free(trace.alloc(r.choice([512, 4096, 65536])))  # a reduction's result
+        for pointer in temporaries:
+            trace.free(pointer)
+    return trace
+
+
+FAMILIES = (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl), ("ddp", ddp), ("gnn", gnn),
+            ("unet", unet), ("amr", amr))
+
+
 def main(argv):
     if len(argv) not in (2, 3):
         sys.exit("usage: make_traces.py OUT_DIR [SEED]")
     out, seed = argv[1], int(argv[2]) if len(argv) == 3 else 1
     os.makedirs(out, exist_ok=True)
-    for name, make in (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl)):
+    for name, make in FAMILIES:
         path = os.path.join(out, f"{name}.csv.gz")
         make(seed).write(path)
         print(path)

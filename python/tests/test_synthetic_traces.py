@@ -12,7 +12,7 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO_ROOT, "bench", "synthetic", "make_traces.py")
-NAMES = ("moe", "server", "mixed", "ckpt", "rl")
+NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "gnn", "unet", "amr")
 
 
 def _write(out, seed):
@@ -55,6 +55,19 @@ def test_the_same_seed_gives_the_same_traces(traces, tmp_path):
     for name in NAMES:
         assert _rows(again[name]) == _rows(traces[name])
         assert _rows(other[name]) != _rows(traces[name])
+
+
+def test_the_data_parallel_trace_frees_its_buckets_on_a_second_stream(traces):
+    allocated_on = {}
+    freed_elsewhere = 0
+    for row in _rows(traces["ddp"]):
+        if row["Action"] == "allocate":
+            allocated_on[row["Pointer"]] = row["Stream"]
+            assert row["Stream"] == "0x0"
+        elif row["Stream"] != allocated_on[row["Pointer"]]:
+            assert row["Stream"] == "0x1001" and int(row["Size"]) == 25 << 20
+            freed_elsewhere += 1
+    assert freed_elsewhere > 100
 
 
 def test_bad_arguments_are_refused():

@@ -207,18 +207,31 @@ void pool_impl::record_stream(void* ptr, stream_t stream) {
   b->has_extra_streams = true;
 }
 
-void pool_impl::free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence) {
-  auto it = extra_streams_.find(b);
-  std::vector<stream_state*> extra = std::move(it->second);
-  extra_streams_.erase(it);
-  b->has_extra_streams = false;
+bool pool_impl::held_back_for_its_stream(const block& b, const stream_state& freeing) {
+  if (b.owner == freeing.slot) return false;
+  const stream_state& allocating = streams_.at(b.owner);
+  return !allocating.retired && allocating.capture == 0 && !freeing.retired && freeing.capture == 0 &&
+         (freeing.thread == 0 || freeing.thread == this_thread_key()) && !stream_captured(freeing.stream);
+}
+
+void pool_impl::free_held_back(block* b, stream_state& s, std::uint64_t sequence) {
+  std::vector<stream_state*> waits_for;
+  if (b->has_extra_streams) {
+    auto it = extra_streams_.find(b);
+    waits_for = std::move(it->second);
+    extra_streams_.erase(it);
+    b->has_extra_streams = false;
+    for (stream_state* other : waits_for) --other->holds;
+  }
+  stream_state& back_to = held_back_for_its_stream(*b, s) ? streams_.at(b->owner) : s;
+  if (&back_to != &s && std::find(waits_for.begin(), waits_for.end(), &s) == waits_for.end()) waits_for.push_back(&s);
   pending_free pending;
   pending.freed = b;
-  pending.slot = s.slot;
+  pending.slot = back_to.slot;
   pending.sequence = sequence;
-  for (stream_state* other : extra) {
-    --other->holds;
-    if (other == &s) continue;  // the free's own stream orders its work already
+  pending.freed_elsewhere = &back_to != &s;
+  for (stream_state* other : waits_for) {
+    if (other == &back_to) continue;  // the stream whose list it joins orders its own work already
     // As in PyTorch, the event goes on the recorded stream at the free: the program keeps that
     // stream alive until then, or forgets it first (then, as for another thread's per-thread
     // stream, which this thread cannot name, only a device-wide wait proves its work done).
@@ -246,7 +259,8 @@ void pool_impl::free_with_extra_streams(block* b, stream_state& s, std::uint64_t
     return;
   }
   b->state = block_state::pending;
-  ++s.holds;
+  ++back_to.holds;
+  held_back_frees_waiting_ = held_back_frees_waiting_ || !pending.needs_device_wait;
   pending_.push_back(std::move(pending));
 }
 

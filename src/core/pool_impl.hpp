@@ -70,6 +70,7 @@ class pool_impl {
     if (asleep_) [[unlikely]] throw_asleep(bytes);
     stream_state* s = captured ? &capture_state(stream, capture) : streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
+    if (held_back_frees_waiting_) [[unlikely]] held_back_frees_waiting_ = settle_held_back_frees(true);
     // The stream is alive while the program allocates on it: the moment to cover its frees.
     if (s->record_due && s->last_free > s->covered) record_or_throw(*s);
     block* b = s->parked;
@@ -138,8 +139,8 @@ class pool_impl {
     ++deallocations_;
     const std::uint64_t sequence = ++free_sequence_;
     s->last_free = sequence;
-    if (b->has_extra_streams) {
-      free_with_extra_streams(b, *s, sequence);
+    if (b->has_extra_streams || held_back_for_its_stream(*b, *s)) {
+      free_held_back(b, *s, sequence);
     } else {
       // Park it as the stream's last free; the one parked before goes to its free index.
       if (block* older = s->parked) {
@@ -234,7 +235,20 @@ class pool_impl {
   stream_state& stream_for_free(const block& b, stream_t stream, stream_state* found);
   [[noreturn]] void throw_invalid_size(std::size_t bytes) const;
   [[noreturn]] void throw_bad_pointer(const char* operation, const void* ptr);
-  void free_with_extra_streams(block* b, stream_state& s, std::uint64_t sequence);
+  /// Whether block `b`, freed on `freeing`, another stream than the one it was allocated on (a
+  /// communication stream's free, as RMM's and cudaFreeAsync's callers make), is held back until
+  /// `freeing`'s work is done and then free with no use left (free_held_back,
+  /// arena::give_back_done): both are ordinary streams and this thread can record on `freeing`.
+  /// It then joins the allocating stream's free neighbours, where that stream's own free would
+  /// have put it. Kept in `freeing`'s list instead, which a communication stream never allocates
+  /// from, it reached the allocating stream only at a miss, after best fit had placed requests
+  /// elsewhere, and took free neighbours with it (RESULTS section 0, "Frees on another stream").
+  /// Otherwise it is `freeing`'s at once and every stream's after its event, as any free there.
+  [[nodiscard]] bool held_back_for_its_stream(const block& b, const stream_state& freeing);
+  /// Frees `b` on `s` once the work it waits for is done: that of the streams record_stream()
+  /// named, and of `s` itself when `b` was allocated on another stream (held_back_for_its_stream).
+  /// Until then it is pending, and allocations look for its events (settle_held_back_frees).
+  void free_held_back(block* b, stream_state& s, std::uint64_t sequence);
   /// The figures, under the lock.
   [[nodiscard]] pool_stats stats_locked();
 
@@ -374,6 +388,12 @@ class pool_impl {
   void settle_frees(bool wait);
   /// settle_frees(false) that leaves the blocks waiting in threads' caches where they are.
   void settle_frees_keeping_lent();
+  /// Completes the held-back frees (free_held_back) whose events are done; true if any still
+  /// waits for an event (not for a device-wide wait). Every allocation looks while one waits
+  /// (`stop_at_first_waiting`, one query while the other streams' work runs), as PyTorch's
+  /// allocator queries its events at each malloc: found only at the next miss, best fit had by
+  /// then placed the requests in other free memory.
+  bool settle_held_back_frees(bool stop_at_first_waiting);
   void settle_stream(stream_state& s);
   void complete_pending(pending_free& p);
   void recycle_idle_streams();
@@ -464,6 +484,8 @@ class pool_impl {
   // Held when the latest miss began: a request that fails hands back what its growth mapped
   // (another thread's miss while the out-of-memory path dropped the lock may have moved it).
   std::size_t held_before_miss_ = 0;
+  // A held-back free waits for an event (settle_held_back_frees).
+  bool held_back_frees_waiting_ = false;
 
   // Sleep (sleep_wake.cpp): while asleep_, allocate() refuses and automatic release is off; the
   // slept handles keep their page-table records (page_table::sleep_handle).

@@ -139,7 +139,11 @@ void pool_impl::give_back_parked() {
 void pool_impl::complete_pending(pending_free& p) {
   for (event_t e : p.events) events_.give_back(e);
   stream_state& s = streams_.at(p.slot);
-  p.freed->owner_arena->give_back(p.freed, free_slot(s, p.sequence), p.sequence, tick_);
+  if (p.freed_elsewhere) {
+    p.freed->owner_arena->give_back_done(p.freed, p.slot, tick_);
+  } else {
+    p.freed->owner_arena->give_back(p.freed, free_slot(s, p.sequence), p.sequence, tick_);
+  }
   --s.holds;
 }
 
@@ -164,7 +168,14 @@ void pool_impl::settle_frees(bool wait) {
 
 void pool_impl::settle_frees_keeping_lent() {
   give_back_parked();
-  // Frees held back by record_stream() streams.
+  held_back_frees_waiting_ = settle_held_back_frees(false);
+  streams_.for_each([this](stream_state& s) { settle_stream(s); });
+  recycle_idle_streams();
+}
+
+bool pool_impl::settle_held_back_frees(bool stop_at_first_waiting) {
+  // Mostly in the order freed, so the first still waiting says the later ones are too.
+  bool waiting = false;
   for (std::size_t i = 0; i < pending_.size();) {
     pending_free& p = pending_[i];
     bool done = !p.needs_device_wait;
@@ -174,6 +185,8 @@ void pool_impl::settle_frees_keeping_lent() {
       done = calls_.event_query(p.events[e]) == driver_status::success;
     }
     if (!done) {
+      waiting = waiting || !p.needs_device_wait;
+      if (waiting && stop_at_first_waiting) return true;
       ++i;
       continue;
     }
@@ -181,8 +194,7 @@ void pool_impl::settle_frees_keeping_lent() {
     pending_[i] = std::move(pending_.back());
     pending_.pop_back();
   }
-  streams_.for_each([this](stream_state& s) { settle_stream(s); });
-  recycle_idle_streams();
+  return waiting;
 }
 
 void pool_impl::wait_for_stream(stream_state& s) {

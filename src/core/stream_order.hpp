@@ -186,15 +186,19 @@ class event_pool {
   std::vector<event_t> free_;
 };
 
-/// A block freed while record_stream() streams may still use it: it joins its free stream's index
-/// once every event here has completed (and, when one of those streams could not be named, after
-/// the next device-wide wait).
+/// A block freed while record_stream() streams, or the stream it was freed on when that is not
+/// the one it was allocated on, may still use it: it joins a free index once every event here has
+/// completed (and, when one of those streams could not be named, after the next device-wide wait).
 struct pending_free {
   block* freed = nullptr;
+  /// The stream it was freed on; or, freed_elsewhere, the one it was allocated on.
   std::uint32_t slot = 0;
   std::uint64_t sequence = 0;
   std::vector<event_t> events;
   bool needs_device_wait = false;
+  /// Freed on another stream than `slot`: the events include the freeing stream's, so once they
+  /// complete no use of the block is left (arena::give_back_done).
+  bool freed_elsewhere = false;
 };
 
 }  // namespace tidepool::detail
