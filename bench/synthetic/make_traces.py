@@ -357,7 +357,7 @@ def unet(seed, steps=40):
         channels, side = base, resolution
         for _ in range(4):  # the encoder: two convolutions a level, attention where it is small
             for _ in range(2):
-                kept += [trace.alloc(batch * channels * side * side * 2), trace.alloc(batch * channels * side * side * 2)]
+                kept += [trace.alloc(batch * channels * side * side * 2) for _ in range(2)]
                 if side <= 32:
                     kept.append(trace.alloc(batch * side ** 4 * 2))
             side //= 2

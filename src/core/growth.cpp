@@ -77,8 +77,9 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
 }
 
 double pool_impl::budget_with(double slack, std::size_t size) const noexcept {
-  // Lent blocks count as in use: a thread's cache holds them for its next request.
-  return (1.0 + slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + size));
+  // Lent blocks count as in use: a thread's cache holds them for its next request; so do held-back
+  // frees, which other streams' work still holds.
+  return (1.0 + slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + held_back_bytes_ + size));
 }
 
 double pool_impl::alias_budget(std::size_t size) const noexcept {

@@ -260,6 +260,7 @@ void pool_impl::free_held_back(block* b, stream_state& s, std::uint64_t sequence
   }
   b->state = block_state::pending;
   ++back_to.holds;
+  held_back_bytes_ += b->size;
   held_back_frees_waiting_ = held_back_frees_waiting_ || !pending.needs_device_wait;
   pending_.push_back(std::move(pending));
 }

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -98,7 +99,7 @@ class pool_impl {
     in_use_ += size;
     requested_ += bytes;
     // Blocks lent to threads' caches count as in use here: they may be handed out with no lock.
-    peak_in_use_ = std::max(peak_in_use_, in_use_ + lent_bytes_);
+    peak_in_use_ = std::max(peak_in_use_, in_use_ + lent_bytes_ + held_back_bytes_);
     reported_peak_in_use_ = std::max(reported_peak_in_use_, in_use_ + lent_bytes_);
     peak_requested_ = std::max(peak_requested_, requested_ + lent_bytes_);
     ++allocations_;
@@ -389,10 +390,11 @@ class pool_impl {
   /// settle_frees(false) that leaves the blocks waiting in threads' caches where they are.
   void settle_frees_keeping_lent();
   /// Completes the held-back frees (free_held_back) whose events are done; true if any still
-  /// waits for an event (not for a device-wide wait). Every allocation looks while one waits
-  /// (`stop_at_first_waiting`, one query while the other streams' work runs), as PyTorch's
-  /// allocator queries its events at each malloc: found only at the next miss, best fit had by
-  /// then placed the requests in other free memory.
+  /// waits for an event (not only for a device-wide wait). Every allocation looks while one waits
+  /// (`stop_at_first_waiting`: the oldest ones only, up to the first still waiting, which then
+  /// counts as waiting whatever it waits for), as PyTorch's allocator queries its events at each
+  /// malloc: found only at the next miss, best fit had by then placed the requests in other free
+  /// memory.
   bool settle_held_back_frees(bool stop_at_first_waiting);
   void settle_stream(stream_state& s);
   void complete_pending(pending_free& p);
@@ -437,7 +439,7 @@ class pool_impl {
   address_map live_;
   stream_registry streams_;
   event_pool events_;
-  std::vector<pending_free> pending_;
+  std::deque<pending_free> pending_;  // in the order freed
   driver_status record_failure_ = driver_status::success;  // why record_event returned false last
   std::unordered_map<block*, std::vector<stream_state*>> extra_streams_;
   std::size_t graphs_kept_ = 0;  // watched graphs that may still launch, per stream state (graph_capture.cpp)
@@ -464,9 +466,12 @@ class pool_impl {
   std::size_t byte_cap_ = options_.byte_cap;
   std::size_t in_use_ = 0;
   std::size_t requested_ = 0;
+  /// The growth budget's peak: in use, lent, and held back (free_held_back: freed, but not the
+  /// program's to have again until other streams' work is done, which the program's own pace
+  /// decides; counted as in use, a copy stream's backlog made the pool steal in every step).
   std::size_t peak_in_use_ = 0;
-  /// peak_in_use_ as pool_stats reports it: reset_peak_stats() brings it down to in use, where
-  /// the growth budget's peak_in_use_ stays the pool's whole history.
+  /// Peak in use as pool_stats reports it: in use and lent only; reset_peak_stats() brings it
+  /// down to in use, where the growth budget's peak_in_use_ stays the pool's whole history.
   std::size_t reported_peak_in_use_ = 0;
   std::size_t peak_requested_ = 0;
   std::uint64_t allocations_ = 0;
@@ -486,6 +491,8 @@ class pool_impl {
   std::size_t held_before_miss_ = 0;
   // A held-back free waits for an event (settle_held_back_frees).
   bool held_back_frees_waiting_ = false;
+  // Bytes of the pending frees (free_held_back).
+  std::size_t held_back_bytes_ = 0;
 
   // Sleep (sleep_wake.cpp): while asleep_, allocate() refuses and automatic release is off; the
   // slept handles keep their page-table records (page_table::sleep_handle).

@@ -139,6 +139,7 @@ void pool_impl::give_back_parked() {
 void pool_impl::complete_pending(pending_free& p) {
   for (event_t e : p.events) events_.give_back(e);
   stream_state& s = streams_.at(p.slot);
+  held_back_bytes_ -= p.freed->size;
   if (p.freed_elsewhere) {
     p.freed->owner_arena->give_back_done(p.freed, p.slot, tick_);
   } else {
@@ -174,26 +175,35 @@ void pool_impl::settle_frees_keeping_lent() {
 }
 
 bool pool_impl::settle_held_back_frees(bool stop_at_first_waiting) {
-  // Mostly in the order freed, so the first still waiting says the later ones are too.
-  bool waiting = false;
-  for (std::size_t i = 0; i < pending_.size();) {
-    pending_free& p = pending_[i];
-    bool done = !p.needs_device_wait;
-    // Only an event that completed proves the recorded stream's work done: a failed query leaves
-    // the free waiting (for a later query or a device-wide wait), never reused under that work.
-    for (std::size_t e = 0; done && e < p.events.size(); ++e) {
-      done = calls_.event_query(p.events[e]) == driver_status::success;
+  // Only an event that completed proves the recorded stream's work done: a failed query leaves the
+  // free waiting (for a later query or a device-wide wait), never reused under that work.
+  auto done = [this](const pending_free& p) {
+    for (event_t e : p.events) {
+      if (calls_.event_query(e) != driver_status::success) return false;
     }
-    if (!done) {
-      waiting = waiting || !p.needs_device_wait;
-      if (waiting && stop_at_first_waiting) return true;
-      ++i;
+    return !p.needs_device_wait;
+  };
+  if (stop_at_first_waiting) {
+    // An allocation's look: in the order freed, the first still waiting says the later ones are
+    // (mostly) too, so one query suffices while the other streams' work runs.
+    while (!pending_.empty() && done(pending_.front())) {
+      complete_pending(pending_.front());
+      pending_.pop_front();
+    }
+    return !pending_.empty();
+  }
+  bool waiting = false;
+  std::size_t still_pending = 0;  // in the order freed
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    if (done(pending_[i])) {
+      complete_pending(pending_[i]);
       continue;
     }
-    complete_pending(p);
-    pending_[i] = std::move(pending_.back());
-    pending_.pop_back();
+    waiting = waiting || !pending_[i].needs_device_wait;
+    if (still_pending != i) pending_[still_pending] = std::move(pending_[i]);
+    ++still_pending;
   }
+  pending_.resize(still_pending);
   return waiting;
 }
 
@@ -227,15 +237,16 @@ void pool_impl::wait_for_device(bool drop_lock) {
                 fmt::format("tidepool: device_synchronize failed on device {}: {}", device_, to_string(status)));
   }
   flush_parked();
-  for (std::size_t i = 0; i < pending_.size();) {
-    if (pending_[i].sequence > fence) {
-      ++i;
+  std::size_t still_pending = 0;  // in the order freed
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    if (pending_[i].sequence <= fence) {
+      complete_pending(pending_[i]);
       continue;
     }
-    complete_pending(pending_[i]);
-    pending_[i] = std::move(pending_.back());
-    pending_.pop_back();
+    if (still_pending != i) pending_[still_pending] = std::move(pending_[i]);
+    ++still_pending;
   }
+  pending_.resize(still_pending);
   streams_.for_each([&](stream_state& s) {
     if (kept_for_graph(s)) return;  // a graph's launches may come after the wait
     s.completed = std::max(s.completed, fence);

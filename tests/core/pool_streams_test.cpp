@@ -5,7 +5,9 @@
 // queued work.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "pool_checker.hpp"
 
@@ -165,6 +167,42 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursToEveryStream) {
   EXPECT_EQ(on_c, y) << "y went with x to b's free list";
   p.deallocate(on_c, c);
   for (void* ptr : {miss, keeper, keeper_above}) p.deallocate(ptr, a);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
+// Memory freed while another stream's work still uses it (record_stream) counts as in use for the
+// growth budget: the program cannot have it back before that work is done, so a new request grows
+// the pool rather than steal or wait for the device. A copy stream offloading activations made the
+// pool steal in every step before (gpt-offload, RESULTS section 0).
+TEST_F(PoolStreams, HeldBackFreesCountAsInUseForTheGrowthBudget) {
+  pool_options options;
+  options.growth_slack = 0.1;
+  pool q(sim, 0, options);
+  // Free memory that stealing could take: four 4 MiB holes between live blocks, every stream's.
+  std::vector<void*> keepers;
+  std::vector<void*> holes;
+  for (int i = 0; i < 4; ++i) {
+    holes.push_back(q.allocate(4 * MiB, a));
+    keepers.push_back(q.allocate(2 * MiB, a));
+  }
+  for (void* h : holes) q.deallocate(h, a);
+  void* miss = q.allocate(32 * MiB, a);  // a slow path: the holes become every stream's
+  q.deallocate(miss, a);
+  std::vector<void*> first;
+  for (int i = 0; i < 8; ++i) first.push_back(q.allocate(8 * MiB, a));
+  sim->launch(0, b, 1000.0);
+  for (void* x : first) {
+    q.record_stream(x, b);
+    q.deallocate(x, a);  // b's work may still read it
+  }
+  const std::size_t unmapped = q.stats().driver.of(driver_call::mem_unmap);
+  std::vector<void*> second;
+  for (int i = 0; i < 8; ++i) second.push_back(q.allocate(8 * MiB, a));
+  for (void* y : second) EXPECT_EQ(std::find(first.begin(), first.end(), y), first.end()) << "reused under b's work";
+  EXPECT_EQ(q.stats().driver.of(driver_call::device_synchronize), 0u) << "waited for the device instead of growing";
+  EXPECT_EQ(q.stats().driver.of(driver_call::mem_unmap), unmapped) << "stole the holes' handles instead of growing";
+  for (void* y : second) q.deallocate(y, a);
+  for (void* k : keepers) q.deallocate(k, a);
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 

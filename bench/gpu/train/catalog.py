@@ -227,6 +227,10 @@ WORKLOADS = {w.name: w for w in (
              "update on them", 40, 5, ("transformers",), "rollout",
              {"size": LLAMA, "token_budget": 16384, "min_prompt": 64, "max_prompt": 768, "min_new": 32,
               "max_new": 160, "multiple": 32, "history_entries": 12_000_000}),
+    Workload("gpt-offload", "GPT ~148M, activations of 1 MiB or more offloaded to pinned host memory on a copy "
+             "stream in the forward pass (record_stream) and brought back for the backward pass, new sequence "
+             "length each step, 8k tokens", 80, 10, (), "tokens",
+             {"size": GPT_BIG, **_TOKENS_16K, "token_budget": 8192}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),

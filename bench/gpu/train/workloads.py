@@ -1,9 +1,10 @@
 """The workloads of the GPU training benchmark, on torch and the libraries of the GPU machine:
 a decoder-only transformer in plain torch (GPT; also with activation checkpointing and gradient
-accumulation), transformers' Llama (training, generation, and both in one reinforcement-learning
-loop), Mixtral and T5 built from configs, and timm's ViT-B/16 and ResNet-50, all with random
-weights (no downloads). train_bench.py times them under each allocator; record_traces.py records
-their allocations. Sizes and shape schedules are in catalog.py.
+accumulation, and with its activations offloaded to host memory on a copy stream), transformers'
+Llama (training, generation, and both in one reinforcement-learning loop), Mixtral and T5 built
+from configs, and timm's ViT-B/16 and ResNet-50, all with random weights (no downloads).
+train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
+and shape schedules are in catalog.py.
 
 A workload is built by build(spec, shapes, seed) and runs one step per step(i); run_steps() times
 each step to a torch.cuda.synchronize(). Weights are built on the CPU from a fixed seed and then
@@ -96,6 +97,42 @@ class GPTTraining(_Training):
         tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
         logits = self.model(tokens[:, :-1])
         return F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
+
+
+class GPTOffloadTraining(GPTTraining):
+    """The GPT with its activations offloaded to host memory, as CPU activation offloading does
+    (DeepSpeed's, Megatron's): in the forward pass each saved tensor of `threshold` bytes or more is
+    copied to pinned host memory on a copy stream and dropped on the GPU, its memory recorded on the
+    copy stream (Tensor.record_stream) so that nothing reuses it while the copy runs; the backward
+    pass copies it back. Those blocks are free only once the copy stream's work is done, so how
+    soon an allocator takes them back shows in what it holds."""
+
+    threshold = 1 << 20
+
+    def __init__(self, size, shapes):
+        super().__init__(size, shapes)
+        self.copies = torch.cuda.Stream()
+
+    def _pack(self, tensor):
+        if not tensor.is_cuda or isinstance(tensor, nn.Parameter) or \
+                tensor.untyped_storage().nbytes() < self.threshold:
+            return tensor
+        self.copies.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.copies):
+            host = torch.empty(tensor.size(), dtype=tensor.dtype, pin_memory=True)
+            host.copy_(tensor, non_blocking=True)
+        tensor.record_stream(self.copies)
+        return host
+
+    def _unpack(self, packed):
+        if packed.is_cuda:
+            return packed
+        torch.cuda.current_stream().wait_stream(self.copies)
+        return packed.to("cuda", non_blocking=True)
+
+    def step(self, i):
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+            super().step(i)
 
 
 class _AccumulatedTraining(_Training):
@@ -345,6 +382,8 @@ def build(spec, shapes, seed):
         return LlamaCheckpointAccumulate(size, shapes)
     if spec.name == "hf-llama-rl":
         return LlamaRolloutTraining(size, shapes, seed)
+    if spec.name == "gpt-offload":
+        return GPTOffloadTraining(size, shapes)
     raise ValueError(f"no workload {spec.name!r}")
 
 
