@@ -214,7 +214,7 @@ bool pool_impl::held_back_for_its_stream(const block& b, const stream_state& fre
          (freeing.thread == 0 || freeing.thread == this_thread_key()) && !stream_captured(freeing.stream);
 }
 
-void pool_impl::free_held_back(block* b, stream_state& s, std::uint64_t sequence) {
+void pool_impl::free_held_back(block* b, stream_state& s, std::uint64_t sequence, bool elsewhere) {
   std::vector<stream_state*> waits_for;
   if (b->has_extra_streams) {
     auto it = extra_streams_.find(b);
@@ -223,7 +223,7 @@ void pool_impl::free_held_back(block* b, stream_state& s, std::uint64_t sequence
     b->has_extra_streams = false;
     for (stream_state* other : waits_for) --other->holds;
   }
-  stream_state& back_to = held_back_for_its_stream(*b, s) ? streams_.at(b->owner) : s;
+  stream_state& back_to = elsewhere ? streams_.at(b->owner) : s;
   if (&back_to != &s && std::find(waits_for.begin(), waits_for.end(), &s) == waits_for.end()) waits_for.push_back(&s);
   pending_free pending;
   pending.freed = b;

@@ -140,8 +140,8 @@ class pool_impl {
     ++deallocations_;
     const std::uint64_t sequence = ++free_sequence_;
     s->last_free = sequence;
-    if (b->has_extra_streams || held_back_for_its_stream(*b, *s)) {
-      free_held_back(b, *s, sequence);
+    if (const bool elsewhere = held_back_for_its_stream(*b, *s); b->has_extra_streams || elsewhere) {
+      free_held_back(b, *s, sequence, elsewhere);
     } else {
       // Park it as the stream's last free; the one parked before goes to its free index.
       if (block* older = s->parked) {
@@ -247,9 +247,10 @@ class pool_impl {
   /// Otherwise it is `freeing`'s at once and every stream's after its event, as any free there.
   [[nodiscard]] bool held_back_for_its_stream(const block& b, const stream_state& freeing);
   /// Frees `b` on `s` once the work it waits for is done: that of the streams record_stream()
-  /// named, and of `s` itself when `b` was allocated on another stream (held_back_for_its_stream).
-  /// Until then it is pending, and allocations look for its events (settle_held_back_frees).
-  void free_held_back(block* b, stream_state& s, std::uint64_t sequence);
+  /// named, and of `s` itself when `b` was allocated on another stream (`elsewhere`:
+  /// held_back_for_its_stream). Until then it is pending, and allocations look for its events
+  /// (settle_held_back_frees).
+  void free_held_back(block* b, stream_state& s, std::uint64_t sequence, bool elsewhere);
   /// The figures, under the lock.
   [[nodiscard]] pool_stats stats_locked();
 

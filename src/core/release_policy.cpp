@@ -141,7 +141,8 @@ void pool_impl::complete_pending(pending_free& p) {
   stream_state& s = streams_.at(p.slot);
   held_back_bytes_ -= p.freed->size;
   if (p.freed_elsewhere) {
-    p.freed->owner_arena->give_back_done(p.freed, p.slot, tick_);
+    // A stream forgotten meanwhile allocates no more: the block is every stream's.
+    p.freed->owner_arena->give_back_done(p.freed, s.retired ? 0 : p.slot, tick_);
   } else {
     p.freed->owner_arena->give_back(p.freed, free_slot(s, p.sequence), p.sequence, tick_);
   }

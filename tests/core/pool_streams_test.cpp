@@ -170,6 +170,23 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursToEveryStream) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
+// The stream a block was allocated on is forgotten (destroyed) while the block, freed on another
+// stream, waits for that stream's work: once done, the block is every stream's, not left in the
+// forgotten stream's list, which no allocation looks at.
+TEST_F(PoolStreams, AFreeOnAnotherStreamOutlivesTheStreamItWasAllocatedOn) {
+  void* x = p.allocate(4 * MiB, a);
+  void* keeper = p.allocate(2 * MiB, b);
+  sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 4 * MiB);
+  p.deallocate(x, b);
+  p.forget_stream(a);
+  sim->advance(150.0);
+  void* on_b = p.allocate(4 * MiB, b);
+  EXPECT_EQ(on_b, x);
+  p.deallocate(on_b, b);
+  p.deallocate(keeper, b);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
 // Memory freed while another stream's work still uses it (record_stream) counts as in use for the
 // growth budget: the program cannot have it back before that work is done, so a new request grows
 // the pool rather than steal or wait for the device. A copy stream offloading activations made the
