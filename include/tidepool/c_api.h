@@ -356,7 +356,9 @@ TIDEPOOL_API tidepool_status tidepool_recent_events(int device, tidepool_event_f
  *   tidepool_wake("weights");   same addresses, same bytes
  *
  * While asleep, allocating in the tag fails with TIDEPOOL_ASLEEP, freeing works, and the GPU
- * must not touch the memory (on CUDA an illegal address fault, which ends the context). */
+ * must not touch the memory (on CUDA an illegal address fault, which ends the context). Memory
+ * exported to another process and not yet ended (tidepool_export_memory, tidepool_end_export)
+ * stays awake, with every live allocation sharing its physical memory. */
 typedef enum tidepool_sleep_keep {
   TIDEPOOL_KEEP_CONTENTS = 0, /**< copied to pinned host memory, restored by tidepool_wake */
   TIDEPOOL_KEEP_NOTHING = 1,  /**< dropped: after waking the memory holds whatever it holds */
@@ -426,6 +428,14 @@ TIDEPOOL_API tidepool_status tidepool_forget_capture_graph_pool(uint64_t capture
 TIDEPOOL_API tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16], int* fds,
                                                     size_t* handle_sizes, uint64_t* handle_ids, size_t capacity,
                                                     size_t* count, size_t* offset, size_t* bytes);
+/** Says that the process one tidepool_export_memory of `ptr` went to no longer maps it (once per
+ *  export that succeeded; extra calls are ignored). Until then the export is in use, and
+ *  tidepool_sleep leaves the allocation's physical memory awake, with every live allocation that
+ *  shares it: the other process maps it (released here, it would stay held there, and after wake
+ *  the two would see different memory). tidepool.share_memory calls it once every receiver let
+ *  go. TIDEPOOL_INVALID_POINTER for a pointer no pool holds, TIDEPOOL_DOUBLE_FREE for one already
+ *  freed (its memory is no export's any more). */
+TIDEPOOL_API tidepool_status tidepool_end_export(const void* ptr);
 /** Maps memory another process exported (tidepool_export_memory's figures), sets `*ptr` to its
  *  first byte and `*device` (unless NULL) to this process's ordinal of the GPU. The descriptors
  *  stay the caller's. TIDEPOOL_INVALID_DEVICE when this process does

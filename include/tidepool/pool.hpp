@@ -272,8 +272,11 @@ class TIDEPOOL_API pool {
   /// every live allocation's bytes to pinned host memory when `keep` is contents (one buffer, kept
   /// after wake() for the next sleep, since pinning costs far more than the copy), then unmaps and
   /// releases every physical handle, cached ones too. Address ranges and allocations stay: the
-  /// pointers remain the program's, and wake() brings memory back under them. Returns the bytes
-  /// handed back to the driver (exact, as release()). While asleep, allocate() throws
+  /// pointers remain the program's, and wake() brings memory back under them. Handles under an
+  /// allocation exported to another process and not yet ended (export_allocation, end_export)
+  /// stay awake, contents and all, with every live allocation that shares a handle with them:
+  /// that memory is the other process's too (stats().mapped_bytes says how much stayed). Returns
+  /// the bytes handed back to the driver (exact, as release()). While asleep, allocate() throws
   /// tidepool::error (asleep); deallocate() works (the memory under the freed block comes back with
   /// wake() as cache); release() returns 0; touching the memory on the GPU is an illegal address.
   /// Throws tidepool::error: asleep when already asleep, unavailable without the virtual memory
@@ -300,14 +303,20 @@ class TIDEPOOL_API pool {
   /// but the pool hands the allocation's bytes out again once it is freed here, so the program
   /// keeps the allocation live while others use it (tidepool.torch.use() does that for tensors
   /// sent through torch.multiprocessing). Other allocations sharing its handles are visible to
-  /// the importer too, as with cudaIpcGetMemHandle. Sleep does not follow shared memory: an
-  /// importer keeps the memory as it was, and after wake the allocation lies on new memory the
-  /// importer does not see. Throws tidepool::error: invalid_pointer
+  /// the importer too, as with cudaIpcGetMemHandle. Each export counts as in use until
+  /// end_export(): while any is, sleep() leaves the allocation's handles awake (the importer
+  /// maps that memory; released here, it would live on there, and the two copies would part
+  /// at wake). Throws tidepool::error: invalid_pointer
   /// unless `ptr` is a live allocation of this pool, asleep while the pool sleeps, unavailable
   /// where the driver cannot export the pool's memory (a plain cuMemAlloc segment, a GPU or
   /// container without POSIX file-descriptor handles), driver_failure when an export fails;
   /// then no descriptor is left open.
   [[nodiscard]] exported_allocation export_allocation(const void* ptr);
+  /// Says that the process an export_allocation() of `ptr` went to no longer maps it (once per
+  /// export; more calls than exports are ignored), so that sleep() may put its handles to sleep
+  /// again. tidepool.share_memory calls it when every receiver has let go. Throws
+  /// tidepool::error (invalid_pointer) unless `ptr` is a live allocation of this pool.
+  void end_export(const void* ptr);
   /// The largest allocation that could succeed now: cached free memory plus what the driver
   /// could still give, within the byte cap and headroom.
   [[nodiscard]] std::size_t available_bytes() const;

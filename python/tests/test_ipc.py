@@ -271,3 +271,65 @@ def test_a_process_that_is_not_a_multiprocessing_child_receives_through_the_pick
     """)
     assert r["receiver"] == {"first": 0x2B, "bytes": 3 << 20}, r
     assert r["sender_reads_write"] == 0x66 and r["owner_dropped"], r
+
+
+SLEEP_PROGRAM = """
+import ctypes, json, multiprocessing as mp
+import tidepool
+
+def child(queue, answers):
+    memory = queue.get()
+    data = (ctypes.c_ubyte * memory.bytes).from_address(memory.ptr)
+    answers.put("mapped")
+    queue.get()  # the parent slept and woke
+    answers.put(data[7])
+    data[8] = 0x21
+    answers.put("wrote")
+    queue.get()
+    memory.close()
+    answers.put("closed")
+
+if __name__ == "__main__":
+    ctx = mp.get_context("spawn")
+    r = {}
+    size = 40 << 20
+    with tidepool.region("weights"):
+        ptr = tidepool.allocate(size)
+        other = tidepool.allocate(size)
+    ctypes.memset(ptr, 0x11, size)
+    queue, answers = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=child, args=(queue, answers))
+    p.start()
+    queue.put(tidepool.share_memory(ptr, keep=ptr))
+    r["mapped"] = answers.get(timeout=60)
+    r["slept_while_shared"] = tidepool.sleep("weights")
+    ctypes.c_ubyte.from_address(ptr + 7).value = 0x77  # the shared memory is writable meanwhile
+    tidepool.wake("weights")
+    queue.put("woke")
+    r["child_reads_write_made_asleep"] = answers.get(timeout=60)
+    r["wrote"] = answers.get(timeout=60)
+    r["parent_reads_child_write"] = ctypes.c_ubyte.from_address(ptr + 8).value
+    queue.put("let go")
+    r["closed"] = answers.get(timeout=60)
+    p.join(60)
+    r["released"] = wait_for(lambda: tidepool.kept_for_other_processes() == 0)
+    r["slept_after"] = tidepool.sleep("weights")
+    tidepool.wake("weights")
+    r["byte_after"] = ctypes.c_ubyte.from_address(ptr + 8).value
+    tidepool.deallocate(ptr)
+    tidepool.deallocate(other)
+    print(json.dumps(r))
+"""
+
+
+def test_a_tags_memory_shared_with_a_child_stays_awake_through_sleep_until_the_child_lets_go(tmp_path):
+    r = run_host_backed(tmp_path, SLEEP_PROGRAM)
+    assert r["mapped"] == "mapped", r
+    # What shares no handle with the shared allocation slept; the shared one stayed mapped, so
+    # what either side writes the other sees, before and after the wake.
+    assert 0 < r["slept_while_shared"] < 80 << 20, r
+    assert r["child_reads_write_made_asleep"] == 0x77, r
+    assert r["parent_reads_child_write"] == 0x21, r
+    assert r["released"], r
+    assert r["slept_after"] >= 80 << 20, r
+    assert r["byte_after"] == 0x21, r

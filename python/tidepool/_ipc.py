@@ -249,6 +249,13 @@ def imported_bytes():
     return out.value
 
 
+def _end_export(ptr):
+    """tidepool_end_export for a share every receiver let go of, from the watcher's thread, which
+    must go on: a pointer no longer live (the program freed it, having passed no `keep`) has
+    nothing to end, and nothing else can fail there."""
+    _library.load().tidepool_end_export(ctypes.c_void_p(ptr))
+
+
 class _Watch:
     """The sender's side: objects kept alive for receivers, each until the read end of its pipe
     reports that every write end (the receivers', and the MemoryShare's own) is closed. One
@@ -261,9 +268,9 @@ class _Watch:
         self._wake_read = self._wake_write = -1
         self._wake_pending = False
 
-    def keep(self, read_end, kept):
+    def keep(self, read_end, kept, ptr):
         with self._lock:
-            self._kept[read_end] = kept
+            self._kept[read_end] = (kept, ptr)
             if self._thread is None:
                 self._wake_read, self._wake_write = os.pipe()
                 self._thread = threading.Thread(target=self._run, name="tidepool-ipc-watch", daemon=True)
@@ -295,8 +302,10 @@ class _Watch:
                 poller.unregister(fd)
                 watched.discard(fd)
                 with self._lock:
-                    kept = self._kept.pop(fd, None)
+                    kept, ptr = self._kept.pop(fd, (None, None))
                 os.close(fd)
+                if ptr is not None:
+                    _end_export(ptr)  # while `kept` still holds the allocation: sleep may take it now
                 del kept  # the allocation may be freed now (outside the lock: a free may run here)
 
     def forget_in_child(self):
@@ -341,7 +350,7 @@ class MemoryShare:
         install_message_hooks()
         self._exported = export_memory(ptr)
         read_end, self._keep_alive = os.pipe()
-        _watch.keep(read_end, keep)
+        _watch.keep(read_end, keep, ptr)
 
     @property
     def bytes(self):
@@ -387,5 +396,6 @@ def share_memory(ptr, keep=None):
     a MemoryShare, which pickled through multiprocessing arrives as an ImportedMemory of the same
     bytes. Pass the object that owns the allocation as `keep` (a tensor, an array): it stays alive
     here until every receiver is done, so the memory is not freed and handed out again under
-    them. Raises TidepoolError as export_memory does."""
+    them. Until then tidepool.sleep() leaves the allocation's memory awake (the receivers map it).
+    Raises TidepoolError as export_memory does."""
     return MemoryShare(ptr, keep)

@@ -198,6 +198,7 @@ _PROTOTYPES = {
     "tidepool_export_memory": (_status, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint8), _int_p, _size_p,
                                          ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, _size_p, _size_p,
                                          _size_p]),
+    "tidepool_end_export": (_status, [ctypes.c_void_p]),
     "tidepool_device_uuid": (_status, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint8)]),
     "tidepool_open_cuda_ipc_memory": (_status, [ctypes.c_int, ctypes.POINTER(ctypes.c_uint8),
                                                 ctypes.POINTER(ctypes.c_void_p)]),

@@ -71,7 +71,10 @@ def sleep(tag, keep="contents"):
     """Puts tag `tag` to sleep on every device where it has memory and returns the bytes handed
     back to the driver (exact). Waits for the work queued on the streams the tag's memory was used
     on first. keep="contents" copies live memory to pinned host memory, restored by wake();
-    keep="nothing" drops it (weights reloaded from elsewhere, a KV cache to refill)."""
+    keep="nothing" drops it (weights reloaded from elsewhere, a KV cache to refill). Memory shared
+    with another process that still maps it (tidepool.share_memory, tensors sent through
+    torch.multiprocessing) stays awake, with what shares its physical memory: it is that
+    process's too."""
     if keep not in _KEEP:
         raise ValueError(f"keep is 'contents' or 'nothing', not {keep!r}")
     lib = _library.load()

@@ -40,6 +40,7 @@ tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16],
     *count = exported.fds.size();
     if (exported.fds.size() > capacity) {
       for (const int fd : exported.fds) ::close(fd);
+      owner.end_export(ptr);  // nothing went out
       throw tidepool::error(tidepool::error_code::invalid_argument,
                             fmt::format("{}: the allocation at {} lies on {} handles, room was given for {}", function,
                                         ptr, exported.fds.size(), capacity));
@@ -51,6 +52,11 @@ tidepool_status tidepool_export_memory(const void* ptr, uint8_t device_uuid[16],
     *offset = exported.offset;
     *bytes = exported.bytes;
   });
+}
+
+tidepool_status tidepool_end_export(const void* ptr) {
+  using namespace tidepool::detail;
+  return guarded([&] { pool_holding(ptr, TIDEPOOL_ANY_DEVICE, "end_export").end_export(ptr); });
 }
 
 tidepool_status tidepool_import_memory(const uint8_t device_uuid[16], const int* fds, const size_t* handle_sizes,

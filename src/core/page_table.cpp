@@ -169,6 +169,7 @@ void close_export(page_table::handle_record& h) noexcept {
   if (h.export_fd >= 0) ::close(h.export_fd);
   h.export_fd = -1;
   h.export_id = 0;
+  h.exports_in_use = 0;
 }
 
 }  // namespace

@@ -67,6 +67,10 @@ class page_table {
     // export while the handle lives, never another handle's in this process, so that an
     // importer already mapping the handle can reuse its mapping.
     std::uint64_t export_id = 0;
+    // Exports another process may still map (pool::export_allocation counts one up, and
+    // pool::end_export down): while any, sleep() leaves the handle awake, since its memory is that
+    // process's too (released, it would live on there, and the two would part at wake).
+    std::uint32_t exports_in_use = 0;
   };
 
   page_table(driver_calls& calls, std::size_t granularity) : calls_(calls), granularity_(granularity) {}
@@ -82,8 +86,13 @@ class page_table {
   /// `*export_id` names that export (handle_record::export_id).
   driver_status export_handle(std::uint32_t id, int* fd, std::uint64_t* export_id);
   /// Closes every kept export (a forked child's copies: open, each would pin its handle's memory
-  /// until the child exits, whatever the parent releases).
+  /// until the child exits, whatever the parent releases); no export is in use after it.
   void close_exports() noexcept;
+  /// Counts an export of handle `id` in use (`change` +1) or ended (-1; never below 0).
+  void count_export_use(std::uint32_t id, int change) noexcept {
+    std::uint32_t& n = handles_[id].exports_in_use;
+    n = change > 0 ? n + 1 : (n > 0 ? n - 1 : 0);
+  }
 
   // --- aliases (pool_options::alias_free_handles) ---
   /// Maps handle `id`, already mapped, a further time at `at` in `range`.

@@ -32,6 +32,7 @@ bool pool::asleep() const { return impl_->asleep(); }
 std::size_t pool::allocation_size(const void* ptr) const { return impl_->allocation_size(ptr); }
 bool pool::owns(const void* ptr) const { return impl_->owns(ptr); }
 exported_allocation pool::export_allocation(const void* ptr) { return impl_->export_allocation(ptr); }
+void pool::end_export(const void* ptr) { impl_->end_export(ptr); }
 std::size_t pool::available_bytes() const { return impl_->available_bytes(); }
 pool_stats pool::stats() const { return impl_->stats(); }
 void pool::reset_peak_stats() { impl_->reset_peak_stats(); }

@@ -1,4 +1,5 @@
-// Exporting an allocation's physical memory to another process (CUDA IPC of virtual memory).
+// Exporting an allocation's physical memory to another process (CUDA IPC of virtual memory), and
+// the end of such an export (the other process no longer maps it).
 //
 // A block lies on one or more whole handles of its range, mapped side by side; the export is one
 // file descriptor per handle, in address order, and where the block starts in the first. Another
@@ -7,6 +8,8 @@
 // block are never split, stolen or released, but the lock also keeps a concurrent free of the
 // block (a program's mistake) from racing the walk. Each handle's first export is kept open by the
 // page table (page_table::export_handle), so sending the same weights again costs no driver call.
+// Each export counts as in use on its handles until end_export says the other process let go:
+// sleep() leaves such handles awake (sleep_wake.cpp).
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,7 +71,19 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
     out.handle_ids.push_back(export_id);
     at = start + handle_size;
   }
+  for_each_handle_of(*b, requested, [this](std::uint32_t id) { pages_.count_export_use(id, +1); });
   return out;
 }
+
+void pool_impl::end_export(const void* ptr) {
+  std::lock_guard guard(lock_);
+  const block* b = live_.find(reinterpret_cast<device_address>(ptr));
+  if (b == nullptr) throw_bad_pointer("end_export", ptr);
+  std::size_t requested = b->requested;
+  if (b->state == block_state::lent && !handed_out(*b, &requested)) throw_bad_pointer("end_export", ptr);
+  if (b->range->segment) return;  // never exported
+  for_each_handle_of(*b, requested, [this](std::uint32_t id) { pages_.count_export_use(id, -1); });
+}
+
 
 }  // namespace tidepool::detail

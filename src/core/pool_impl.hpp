@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/address_map.hpp"
@@ -110,6 +111,8 @@ class pool_impl {
 
   /// See tidepool::pool::export_allocation (pool_export.cpp).
   exported_allocation export_allocation(const void* ptr);
+  /// See tidepool::pool::end_export (pool_export.cpp).
+  void end_export(const void* ptr);
 
   /// See tidepool::pool::deallocate.
   void deallocate(void* ptr, stream_t stream) {
@@ -246,6 +249,18 @@ class pool_impl {
   /// elsewhere, and took free neighbours with it (RESULTS section 0, "Frees on another stream").
   /// Otherwise it is `freeing`'s at once and every stream's after its event, as any free there.
   [[nodiscard]] bool held_back_for_its_stream(const block& b, const stream_state& freeing);
+  /// Calls `visit(id)` for each handle under the first `requested` bytes of live block `b` (at
+  /// least one), in address order: what export_allocation exports (pool_export.cpp).
+  template <typename Visit>
+  void for_each_handle_of(const block& b, std::size_t requested, Visit visit) {
+    const address_range& range = *b.range;
+    const device_address end = b.address + std::max<std::size_t>(requested, 1);
+    for (device_address at = b.address; at < end;) {
+      const std::uint32_t id = range.page_handle[(at - range.base) / pages_.granularity()];
+      visit(id);
+      at = pages_.mapping_start(id, at) + pages_.record(id).size;
+    }
+  }
   /// Frees `b` on `s` once the work it waits for is done: that of the streams record_stream()
   /// named, and of `s` itself when `b` was allocated on another stream (`elsewhere`:
   /// held_back_for_its_stream). Until then it is pending, and allocations look for its events
@@ -325,6 +340,9 @@ class pool_impl {
   /// Joins the slept handles lying wholly inside one live block, so that wake() makes one handle
   /// where growth had made several; drops the joined ids from sleep_ids_.
   void join_slept_handles();
+  /// The mapped handles sleep() leaves awake: those with an export in use, and every handle under
+  /// a live block on one of them, and so on (sleep_wake.cpp).
+  std::unordered_set<std::uint32_t> handles_staying_awake();
   /// Sleeps the first `count` of sleep_ids_ again after a failed wake (their contents are still in
   /// the host copy); false if one could not be.
   bool undo_wake(std::size_t count);

@@ -25,6 +25,10 @@
 // stream that did not allocate it, without record_stream) is the program's to finish first, as for
 // any free.
 //
+// Memory exported to another process and not yet ended (pool::export_allocation, end_export)
+// stays awake, with every live block on its handles: the other process maps it, so released here
+// it would stay held there, and after wake the two would see different memory.
+//
 // The copy of the contents: one pinned host buffer for every live block's requested bytes, filled
 // by asynchronous copies on a stream of the pool's own and waited for once, before any unmap.
 // Touching a sleeping pool's memory from the GPU faults (an illegal address on CUDA, which ends
@@ -34,6 +38,8 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "core/pool_impl.hpp"
 #include "core/unlocked_call.hpp"
@@ -213,6 +219,13 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
                             "and the pool stays awake",
                             device_, pages_.aliased_handles(), released));
   }
+  const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
+  auto stays_awake = [&](const block& b) {
+    if (shared.empty() || b.range->segment) return false;
+    bool found = false;
+    for_each_handle_of(b, b.size, [&](std::uint32_t id) { found = found || shared.contains(id); });
+    return found;
+  };
   // The contents: every live block's requested bytes, in one pinned buffer.
   kept_.clear();
   if (keep == sleep_keep::contents) {
@@ -221,7 +234,7 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
     std::size_t total = 0;
     for (const auto& a : arenas_) {
       a->for_each_block([&](const block& b) {
-        if (b.state != block_state::live) return;
+        if (b.state != block_state::live || stays_awake(b)) return;
         if (!kept_.empty() && kept_.back().address + kept_.back().bytes == b.address) {
           kept_.back().bytes += b.size;
         } else {
@@ -256,9 +269,10 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
       }
     }
   }
-  // Every mapped handle goes; the records stay for wake().
+  // Every mapped handle goes but the shared ones; the records stay for wake().
   sleep_ids_.clear();
   for (std::uint32_t id : pages_.mapped_ids()) {
+    if (shared.contains(id)) continue;
     bool remapped = true;
     const std::size_t size = pages_.record(id).size;
     const driver_status status = pages_.sleep_handle(id, remapped);
@@ -288,6 +302,28 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
   }
   join_slept_handles();
   return released;
+}
+
+std::unordered_set<std::uint32_t> pool_impl::handles_staying_awake() {
+  std::unordered_set<std::uint32_t> shared;
+  for (std::uint32_t id : pages_.mapped_ids()) {
+    if (pages_.record(id).exports_in_use != 0) shared.insert(id);
+  }
+  // A live block on a shared handle keeps every handle under it awake, and so on through blocks
+  // sharing those: each live block then lies wholly awake or wholly asleep.
+  for (bool grew = !shared.empty(); grew;) {
+    grew = false;
+    for (const auto& a : arenas_) {
+      a->for_each_block([&](const block& b) {
+        if (b.state != block_state::live || b.range->segment) return;
+        std::vector<std::uint32_t> ids;
+        for_each_handle_of(b, b.size, [&](std::uint32_t id) { ids.push_back(id); });
+        if (std::none_of(ids.begin(), ids.end(), [&](std::uint32_t id) { return shared.contains(id); })) return;
+        for (std::uint32_t id : ids) grew = shared.insert(id).second || grew;
+      });
+    }
+  }
+  return shared;
 }
 
 void pool_impl::join_slept_handles() {

@@ -296,6 +296,36 @@ TEST_F(CApiIpc, ASleepingTagsMemoryIsNotExported) {
   free(p);
 }
 
+// A tag's memory exported and not yet ended stays awake through tidepool_sleep; once
+// tidepool_end_export says the other process let go, it sleeps. An export refused for want of room
+// counts for nothing.
+TEST_F(CApiIpc, ASharedTagsMemoryStaysAwakeUntilTheExportEnds) {
+  host_backed();
+  ASSERT_EQ(tidepool_push_tag("weights"), TIDEPOOL_SUCCESS);
+  void* p = allocate(64 * MiB);
+  ASSERT_EQ(tidepool_pop_tag(), TIDEPOOL_SUCCESS);
+  std::array<uint8_t, 16> uuid{};
+  size_t count = 0, offset = 0, bytes = 0;
+  ASSERT_EQ(tidepool_export_memory(p, uuid.data(), nullptr, nullptr, nullptr, 0, &count, &offset, &bytes),
+            TIDEPOOL_INVALID_ARGUMENT);
+  ASSERT_GT(count, 1u) << "no room: nothing exported, nothing in use";
+  {
+    exported e;
+    ASSERT_EQ(e.from(p), TIDEPOOL_SUCCESS) << last_error();
+  }
+  size_t slept = 0;
+  ASSERT_EQ(tidepool_sleep("weights", TIDEPOOL_KEEP_CONTENTS, &slept), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(slept, 0u) << "the shared allocation stays awake";
+  ASSERT_EQ(tidepool_wake("weights"), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(tidepool_end_export(p), TIDEPOOL_SUCCESS) << last_error();
+  ASSERT_EQ(tidepool_sleep("weights", TIDEPOOL_KEEP_CONTENTS, &slept), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_GE(slept, 64 * MiB) << "the export ended: it sleeps";
+  ASSERT_EQ(tidepool_wake("weights"), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_EQ(tidepool_end_export(nullptr), TIDEPOOL_INVALID_POINTER);
+  free(p);
+  EXPECT_EQ(tidepool_end_export(p), TIDEPOOL_DOUBLE_FREE) << "freed: its end comes too late to matter";
+}
+
 TEST_F(CApiIpc, CudaIpcHandlesAreRefusedClearlyWhereTheDriverHasNone) {
   sim_driver& sim = host_backed();
   std::array<uint8_t, 64> handle{};

@@ -4,6 +4,7 @@
 // asleep with its contents, handles under one live block wake as one and are split back when
 // reused, and the checker's invariants hold after every step, also under random work.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -107,6 +108,53 @@ TEST(PoolSleep, ContentsComeBackByteForByteAtTheSameAddresses) {
   const std::size_t mapped = p.stats().mapped_bytes;
   EXPECT_EQ(p.release(), mapped) << "release after wake hands back what the woken blocks held";
   EXPECT_EQ(sim->physical_bytes(0), 0u);
+}
+
+// Memory exported to another process stays awake until the export ends: that process maps it, so
+// released here it would stay held there, and after wake the two would see different bytes. What
+// the program writes there while the pool sleeps stays; the rest comes back from the copy.
+TEST(PoolSleep, MemoryExportedToAnotherProcessStaysAwakeUntilTheExportEnds) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  std::mt19937_64 rng(5);
+  filled shared = fill(*sim, checker, checker.allocate(30 * MiB), 30 * MiB, rng);
+  const filled own = fill(*sim, checker, checker.allocate(48 * MiB), 48 * MiB, rng);
+  exported_allocation e = p.export_allocation(shared.ptr);
+  for (const int fd : e.fds) ::close(fd);
+  std::size_t exported_bytes = 0;
+  for (const std::size_t size : e.handle_sizes) exported_bytes += size;
+  const std::size_t held = sim->physical_bytes(0);
+
+  const std::size_t returned = p.sleep(sleep_keep::contents);
+  EXPECT_TRUE(p.asleep());
+  EXPECT_EQ(p.stats().mapped_bytes, held - returned) << "what stayed awake is still mapped";
+  EXPECT_GE(p.stats().mapped_bytes, exported_bytes);
+  EXPECT_LT(p.stats().mapped_bytes, held) << "the rest slept";
+  EXPECT_EQ(sim->physical_bytes(0), held - returned);
+  expect_same(*sim, shared);  // awake: readable while the pool sleeps
+  std::byte* view = sim->host_view(0, reinterpret_cast<device_address>(shared.ptr), 30 * MiB);
+  ASSERT_NE(view, nullptr);
+  view[12345] = std::byte{0x5a};  // the other process writes it meanwhile
+  shared.bytes[12345] = 0x5a;
+  p.wake();
+  expect_same(*sim, shared);  // not overwritten by a copy
+  expect_same(*sim, own);
+  checker.check();
+
+  p.end_export(shared.ptr);
+  EXPECT_EQ(p.sleep(sleep_keep::contents), held) << "the export ended: everything sleeps";
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  p.wake();
+  expect_same(*sim, shared);
+  expect_same(*sim, own);
+  p.end_export(shared.ptr);  // more ends than exports: ignored
+  EXPECT_EQ(code_of([&] { p.end_export(reinterpret_cast<void*>(0x1000)); }), error_code::invalid_pointer);
+  checker.free(shared.ptr);
+  checker.free(own.ptr);
+  checker.check();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim->unmapped_access_count(), 0u);
 }
 
 TEST(PoolSleep, KeepNothingCopiesNothing) {
