@@ -2,7 +2,7 @@
 (contents kept) and woken between training steps give bit-identical losses and weights to runs
 without sleep; NVML shows the memory gone while asleep; a CUDA graph captured over a tag's tensors
 (a torch.cuda.MemPool over tidepool) replays correctly after wake; the same MemPool route runs
-unchanged after tidepool.torch.use()."""
+unchanged after tidepool.torch.use(); a tensor another process maps stays awake through sleep."""
 
 from gpu_support import require, run_workload
 
@@ -50,3 +50,18 @@ def test_the_mem_pool_route_to_a_tag_runs_unchanged_after_use():
     assert r["tag_in_use"] >= 64 * MiB and r["untagged_in_use"] < 64 * MiB, r
     assert r["slept"] >= 64 * MiB and r["nvml_drop"] >= 64 * MiB - NVML_SLACK, r
     assert r["contents_back"] and r["outside_intact"] == MiB, r
+
+
+def test_a_tensor_shared_with_another_process_stays_awake_through_sleep_until_it_lets_go():
+    require("torch")
+    r = run_workload("sleep_shared.py")
+    assert r["child_sum"] == 1000.0, r
+    # The other tensor (64 MiB) slept; the shared one stayed mapped for the child.
+    assert 64 * MiB <= r["slept_while_shared"] < 128 * MiB, r
+    assert r["own_sum_after_wake"] == r["own_sum"], r
+    assert r["child_reads_write_made_asleep"] == 5.5, r
+    assert r["child_wrote"] and r["parent_reads_child_write"] == 6.5, r
+    assert r["child_closed"] and r["released_by_child"], r
+    assert r["slept_after"] >= 128 * MiB, r
+    assert r["shared_after"] == [5.5, 6.5, 1.0], r
+    assert r["child_exit"] == 0, r
