@@ -85,5 +85,4 @@ void pool_impl::end_export(const void* ptr) {
   for_each_handle_of(*b, requested, [this](std::uint32_t id) { pages_.count_export_use(id, -1); });
 }
 
-
 }  // namespace tidepool::detail
