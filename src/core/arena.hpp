@@ -120,25 +120,6 @@ class arena {
     slots_[b->owner]->insert(b);
   }
 
-  /// Makes live block `b` free with no use left on any stream (a free on another stream than its
-  /// allocation's, whose event completed): every stream's, unless a free neighbour is stream
-  /// `slot`'s, the one it was allocated on; it then joins that neighbour in `slot`, where that
-  /// stream's own free would have put it (its free number 0: it waits for no event of `slot`).
-  void give_back_done(block* b, std::uint32_t slot, std::uint64_t tick) {
-    auto slots_own = [slot](const block* n) {
-      return n != nullptr && n->state == block_state::free_mapped && n->owner == slot;
-    };
-    const std::uint32_t joined = slots_own(b->prev) || slots_own(b->next) ? slot : 0;
-    if (settings_.aliases) count_live(*b, -1, joined, 0);
-    b->state = block_state::free_mapped;
-    b->owner = joined;
-    b->free_sequence = 0;
-    b->freed_tick = tick;
-    b->has_extra_streams = false;
-    coalesce_free(b);
-    slots_[b->owner]->insert(b);
-  }
-
   /// Whether take() serves what growth just mapped for the request: no passing over a wasteful
   /// fit for an extension, and no passing over a block at the frontier (placement.cpp), which is
   /// where an extension lies. The slow path turns it on around growth and off after.

@@ -140,12 +140,12 @@ void pool_impl::complete_pending(pending_free& p) {
   for (event_t e : p.events) events_.give_back(e);
   stream_state& s = streams_.at(p.slot);
   held_back_bytes_ -= p.freed->size;
-  if (p.freed_elsewhere) {
-    // A stream forgotten meanwhile allocates no more: the block is every stream's.
-    p.freed->owner_arena->give_back_done(p.freed, s.retired ? 0 : p.slot, tick_);
-  } else {
-    p.freed->owner_arena->give_back(p.freed, free_slot(s, p.sequence), p.sequence, tick_);
-  }
+  // Freed on another stream: its stream's work is done now, but the stream it goes back to may
+  // still have work queued on its memory from before (the pool may have handed it out there over
+  // an earlier free whose work was still queued), so it joins as a free of that stream: at once
+  // for that stream, for the others after its next event (which covers it from here).
+  if (p.freed_elsewhere) s.last_free = std::max(s.last_free, p.sequence);
+  p.freed->owner_arena->give_back(p.freed, free_slot(s, p.sequence), p.sequence, tick_);
   --s.holds;
 }
 

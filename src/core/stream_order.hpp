@@ -196,8 +196,8 @@ struct pending_free {
   std::uint64_t sequence = 0;
   std::vector<event_t> events;
   bool needs_device_wait = false;
-  /// Freed on another stream than `slot`: the events include the freeing stream's, so once they
-  /// complete no use of the block is left (arena::give_back_done).
+  /// Freed on another stream than `slot`: the events include the freeing stream's; once they
+  /// complete the block joins `slot`'s frees as one made then (pool_impl::complete_pending).
   bool freed_elsewhere = false;
 };
 

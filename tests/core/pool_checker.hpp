@@ -47,7 +47,7 @@ class pool_checker {
     for (const freed_range& f : freed_) {
       if (f.stream == stream || f.done_at <= now) continue;
       const bool overlaps = address < f.address + f.bytes && f.address < address + bytes;
-      EXPECT_FALSE(overlaps) << "a block freed on another stream came back before its work completed";
+      EXPECT_FALSE(overlaps) << "a block freed on another stream came back before its work completed" << " DBG f.stream=" << f.stream << " stream=" << stream << " f.addr=" << f.address << " f.bytes=" << f.bytes << " addr=" << address << " bytes=" << bytes << " done_at=" << f.done_at << " now=" << now;
     }
     live l{bytes, stream, next_pattern_++};
     write_pattern(address, l);
@@ -57,19 +57,27 @@ class pool_checker {
 
   /// Launches `work_us` of work on the block's stream touching it, then frees it on that stream.
   void free_after_work(void* ptr, double work_us) {
+    const auto it = live_.find(reinterpret_cast<std::uintptr_t>(ptr));
+    ASSERT_NE(it, live_.end());
+    free_on_after_work(ptr, it->second.stream, work_us);
+  }
+
+  /// The same on `stream`, which may be another than the block's (a communication stream's free):
+  /// the work goes on `stream`, and the block must reach no other stream before it completes.
+  void free_on_after_work(void* ptr, stream_t stream, double work_us) {
     const auto address = reinterpret_cast<std::uintptr_t>(ptr);
     auto it = live_.find(address);
     ASSERT_NE(it, live_.end());
     const live l = it->second;
     check_pattern(address, l);
     if (work_us > 0) {
-      sim_.launch(device_, l.stream, work_us, address, l.bytes);
-      double& tail = tails_[l.stream];
+      sim_.launch(device_, stream, work_us, address, l.bytes);
+      double& tail = tails_[stream];
       tail = std::max(tail, sim_.now()) + work_us;
-      freed_.push_back(freed_range{address, l.bytes, l.stream, tail});
+      freed_.push_back(freed_range{address, l.bytes, stream, tail});
     }
     live_.erase(it);
-    pool_.deallocate(ptr, l.stream);
+    pool_.deallocate(ptr, stream);
   }
 
   /// Frees a block with no work queued on it.

@@ -56,7 +56,11 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
     } else if (r < 0.95) {
       const std::size_t i = rng() % live.size();
       const double work_us = unit(rng) < 0.7 ? 10.0 + 200.0 * unit(rng) : 0.0;
-      checker.free_after_work(live[i], work_us);
+      if (unit(rng) < 0.2) {
+        checker.free_on_after_work(live[i], streams[rng() % streams.size()], work_us);  // maybe another stream
+      } else {
+        checker.free_after_work(live[i], work_us);
+      }
       live[i] = live.back();
       live.pop_back();
     } else if (r < 0.985) {

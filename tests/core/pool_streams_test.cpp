@@ -170,20 +170,45 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursToEveryStream) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
-// The stream a block was allocated on is forgotten (destroyed) while the block, freed on another
-// stream, waits for that stream's work: once done, the block is every stream's, not left in the
-// forgotten stream's list, which no allocation looks at.
+// The stream a block was allocated on is forgotten (destroyed, its queued work running on) while
+// the block, freed on another stream, waits for that stream's work: no other stream reuses it
+// under work still queued where it was allocated, and nothing is stranded: release() waits for
+// the device and hands it back.
 TEST_F(PoolStreams, AFreeOnAnotherStreamOutlivesTheStreamItWasAllocatedOn) {
   void* x = p.allocate(4 * MiB, a);
   void* keeper = p.allocate(2 * MiB, b);
+  sim->launch(0, a, 300.0, reinterpret_cast<device_address>(x), 4 * MiB);  // a's earlier work there
   sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 4 * MiB);
   p.deallocate(x, b);
   p.forget_stream(a);
   sim->advance(150.0);
   void* on_b = p.allocate(4 * MiB, b);
-  EXPECT_EQ(on_b, x);
+  EXPECT_NE(on_b, x) << "reused under a's queued work";
   p.deallocate(on_b, b);
   p.deallocate(keeper, b);
+  (void)p.release();
+  EXPECT_EQ(p.stats().mapped_bytes, 0u) << "every byte went back";
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
+// A block handed out on stream a over a's own earlier free, whose work is still queued, then freed
+// on stream b: b's work done, the block must still reach no stream but a until a's work is done
+// (the randomized test found b's and the default stream's reuse under it).
+TEST_F(PoolStreams, AFreeOnAnotherStreamWaitsForTheWorkQueuedWhereItWasAllocated) {
+  void* x = p.allocate(4 * MiB, a);
+  void* keeper = p.allocate(2 * MiB, a);
+  sim->launch(0, a, 1000.0, reinterpret_cast<device_address>(x), 4 * MiB);
+  p.deallocate(x, a);
+  void* again = p.allocate(4 * MiB, a);  // a reuses at once: its own order
+  ASSERT_EQ(again, x);
+  p.deallocate(again, b);  // b has no work: its event completes at once
+  void* on_b = p.allocate(4 * MiB, b);
+  EXPECT_NE(on_b, x) << "b reused it under a's queued work";
+  void* on_a = p.allocate(4 * MiB, a);
+  EXPECT_EQ(on_a, x) << "a reuses it: its own order";
+  sim->advance(1100.0);
+  p.deallocate(on_a, a);
+  for (void* ptr : {on_b, keeper}) p.deallocate(ptr, ptr == on_b ? b : a);
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
@@ -288,9 +313,10 @@ TEST_F(PoolStreams, EqualFitsGoToTheLowerAddressWhicheverStreamFreedThem) {
   q.deallocate(small_b, b);
 }
 
-// x and y adjacent, x held back by record_stream(x, c), y freed on another stream: when x's free
-// completes it merges with y. The merged block must become safe for every stream once both parts
-// are (it used to keep y's later free number in x's stream, which x's stream never reached).
+// x and y adjacent, x held back by record_stream(x, c), y freed on another stream (so it joins
+// a's frees once b's work is done): when x's free completes it merges with y. The merged block
+// must become safe for every stream once both parts are (it used to keep y's later free number in
+// x's stream, which x's stream never reached).
 class PoolStreamsMerged : public ::testing::Test {
  protected:
   static pool_options no_stealing() {
@@ -310,6 +336,8 @@ class PoolStreamsMerged : public ::testing::Test {
     p.deallocate(y, b);
     other = p.allocate(8 * MiB, a);  // a slow path on a
     sim->advance(1500.0);            // c's work is done
+    // A call on a: y, freed on b, joined a's frees, and a's next event covers it.
+    poke = p.allocate(4096, a);
   }
   std::shared_ptr<sim_driver> sim = std::make_shared<sim_driver>(small_device(256 * MiB));
   pool p{sim, 0, no_stealing()};
@@ -320,11 +348,12 @@ class PoolStreamsMerged : public ::testing::Test {
   void* y = nullptr;
   void* above = nullptr;
   void* other = nullptr;
+  void* poke = nullptr;  // live: its small granule stays mapped
 };
 
 TEST_F(PoolStreamsMerged, ReleaseReturnsTheMergedBlock) {
   EXPECT_EQ(p.release(), 4 * MiB) << "x + y";
-  EXPECT_EQ(p.stats().mapped_bytes, 10 * MiB);
+  EXPECT_EQ(p.stats().mapped_bytes, 12 * MiB) << "above, other and poke's granule";
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
@@ -351,9 +380,9 @@ TEST_F(PoolStreamsMerged, OutOfMemoryReportIsConsistent) {
 }
 
 // The other order: x's free completes (c is done) while a's own work on x is still queued, so x
-// joins a's free list and merges there with y, already free for every stream. Once a's work is
-// done the merged block must reach every stream (it used to carry y's later free number, which
-// a's event never covered).
+// joins a's free list and merges there with y (freed on b, which joined a's frees). Once a's
+// work is done and an event of a covers both, the merged block must reach every stream (it used
+// to carry a later free number, which a's event never covered).
 TEST(PoolStreamsMergedLater, MergedBlockReachesEveryStreamWithItsOwnStreamsEvent) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
   pool_options options;
@@ -372,10 +401,11 @@ TEST(PoolStreamsMergedLater, MergedBlockReachesEveryStreamWithItsOwnStreamsEvent
   sim->launch(0, a, 2000.0, reinterpret_cast<device_address>(x), 2 * MiB);
   p.deallocate(x, a);
   p.deallocate(y, b);
-  void* first = p.allocate(8 * MiB, b);  // a slow path: y becomes free for every stream
+  void* first = p.allocate(8 * MiB, b);  // a slow path: y, freed on b (no work), joins a's frees
   sim->advance(1500.0);                  // c is done, a is not
   void* other = p.allocate(8 * MiB, b);  // another: x's free completes, x joins a's list and y
   sim->advance(1000.0);                  // a is done
+  p.deallocate(p.allocate(4096, a), a);  // a call on a: its event covers x and y
   void* both = p.allocate(4 * MiB, b);
   EXPECT_EQ(both, x) << "x + y, safe for every stream once a's event completed, serve b";
   EXPECT_EQ(p.stats().driver.of(driver_call::device_synchronize), 0u);
