@@ -47,7 +47,7 @@ class pool_checker {
     for (const freed_range& f : freed_) {
       if (f.stream == stream || f.done_at <= now) continue;
       const bool overlaps = address < f.address + f.bytes && f.address < address + bytes;
-      EXPECT_FALSE(overlaps) << "a block freed on another stream came back before its work completed" << " DBG f.stream=" << f.stream << " stream=" << stream << " f.addr=" << f.address << " f.bytes=" << f.bytes << " addr=" << address << " bytes=" << bytes << " done_at=" << f.done_at << " now=" << now;
+      EXPECT_FALSE(overlaps) << "a block freed on another stream came back before its work completed";
     }
     live l{bytes, stream, next_pattern_++};
     write_pattern(address, l);

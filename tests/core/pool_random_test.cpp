@@ -1,7 +1,8 @@
 // Randomized operation sequences on the simulated GPU, with every invariant of pool_checker.hpp
 // checked after every step: several seeds, thousands of operations, three streams, sizes from
 // 1 B to 64 MiB (log-uniform), both lifetime hints, work queued on blocks before they are freed,
-// record_stream, clock advances and release() calls in between.
+// a fifth of the frees on a random stream (maybe not the block's), record_stream, clock advances
+// and release() calls in between.
 #include <gtest/gtest.h>
 
 #include <cmath>
