@@ -209,9 +209,7 @@ void pool_impl::record_stream(void* ptr, stream_t stream) {
 
 bool pool_impl::held_back_for_its_stream(const block& b, const stream_state& freeing) {
   if (b.owner == freeing.slot) return false;
-  const stream_state& allocating = streams_.at(b.owner);
-  return !allocating.retired && allocating.capture == 0 && !freeing.retired && freeing.capture == 0 &&
-         (freeing.thread == 0 || freeing.thread == this_thread_key()) && !stream_captured(freeing.stream);
+  return streams_.at(b.owner).capture == 0;
 }
 
 void pool_impl::free_held_back(block* b, stream_state& s, std::uint64_t sequence, bool elsewhere) {

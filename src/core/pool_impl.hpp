@@ -242,14 +242,15 @@ class pool_impl {
   /// Whether block `b`, freed on `freeing`, another stream than the one it was allocated on (a
   /// communication stream's free, as RMM's and cudaFreeAsync's callers make), is held back until
   /// `freeing`'s work is done and then joins the frees of the stream it was allocated on, as one
-  /// made there then (free_held_back, complete_pending): both are ordinary streams and this
-  /// thread can record on `freeing`. That stream reuses it at once, the others after its next
-  /// event: it may have had work queued on the memory before the block was handed out. Kept in
-  /// `freeing`'s list instead, which a communication stream never allocates from, it reached the
-  /// allocating stream only at a miss, after best fit had placed requests elsewhere, and took
-  /// free neighbours with it (RESULTS section 0, "Frees on another stream"); and `freeing` or any
-  /// stream reused it under that queued work. Otherwise it is `freeing`'s at once and every
-  /// stream's after its event, as any free there.
+  /// made there then (free_held_back, complete_pending): unless it was allocated in a graph
+  /// capture (graph_capture.cpp keeps those). That stream reuses it at once, the others after its
+  /// next event, or a device-wide wait if it was forgotten: it may have had work queued on the
+  /// memory before the block was handed out. Where `freeing` cannot be recorded on (being
+  /// captured), the block waits for a device-wide wait. Kept in `freeing`'s list, which a
+  /// communication stream never allocates from, it reached the allocating stream only at a miss,
+  /// after best fit had placed requests elsewhere, and took free neighbours with it (RESULTS
+  /// section 0, "Frees on another stream"); and `freeing` or any stream reused it under that
+  /// queued work.
   [[nodiscard]] bool held_back_for_its_stream(const block& b, const stream_state& freeing);
   /// Calls `visit(id)` for each handle under the first `requested` bytes of live block `b` (at
   /// least one), in address order: what export_allocation exports (pool_export.cpp).

@@ -191,6 +191,23 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamOutlivesTheStreamItWasAllocatedOn) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
+// The same with the stream forgotten before the free: a free on b of a block of a forgotten stream
+// waits for b's work and then for a device-wide wait, since a's queued work may still use it.
+TEST_F(PoolStreams, AFreeOnAnotherStreamOfAForgottenStreamsBlockWaitsForTheDevice) {
+  void* x = p.allocate(4 * MiB, a);
+  void* keeper = p.allocate(2 * MiB, b);
+  sim->launch(0, a, 300.0, reinterpret_cast<device_address>(x), 4 * MiB);
+  p.forget_stream(a);
+  p.deallocate(x, b);
+  void* on_b = p.allocate(4 * MiB, b);
+  EXPECT_NE(on_b, x) << "reused under a's queued work";
+  p.deallocate(on_b, b);
+  p.deallocate(keeper, b);
+  (void)p.release();
+  EXPECT_EQ(p.stats().mapped_bytes, 0u) << "every byte went back";
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
 // A block handed out on stream a over a's own earlier free, whose work is still queued, then freed
 // on stream b: b's work done, the block must still reach no stream but a until a's work is done
 // (the randomized test found b's and the default stream's reuse under it).
