@@ -170,42 +170,34 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursToEveryStream) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
-// The stream a block was allocated on is forgotten (destroyed, its queued work running on) while
-// the block, freed on another stream, waits for that stream's work: no other stream reuses it
-// under work still queued where it was allocated, and nothing is stranded: release() waits for
-// the device and hands it back.
-TEST_F(PoolStreams, AFreeOnAnotherStreamOutlivesTheStreamItWasAllocatedOn) {
+// The stream a block was allocated on is forgotten (destroyed, its queued work running on), before
+// or after the block is freed on another stream: no other stream reuses it under work still queued
+// where it was allocated, and nothing is stranded: release() waits for the device and hands it
+// back. `forget_first`: forgotten before the free.
+void expect_a_forgotten_streams_work_respected(sim_driver& sim, pool& p, stream_t a, stream_t b, bool forget_first) {
   void* x = p.allocate(4 * MiB, a);
   void* keeper = p.allocate(2 * MiB, b);
-  sim->launch(0, a, 300.0, reinterpret_cast<device_address>(x), 4 * MiB);  // a's earlier work there
-  sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 4 * MiB);
+  sim.launch(0, a, 300.0, reinterpret_cast<device_address>(x), 4 * MiB);  // a's earlier work there
+  sim.launch(0, b, 100.0, reinterpret_cast<device_address>(x), 4 * MiB);
+  if (forget_first) p.forget_stream(a);
   p.deallocate(x, b);
-  p.forget_stream(a);
-  sim->advance(150.0);
+  if (!forget_first) p.forget_stream(a);
+  sim.advance(150.0);  // b's work done, a's not
   void* on_b = p.allocate(4 * MiB, b);
   EXPECT_NE(on_b, x) << "reused under a's queued work";
   p.deallocate(on_b, b);
   p.deallocate(keeper, b);
   (void)p.release();
   EXPECT_EQ(p.stats().mapped_bytes, 0u) << "every byte went back";
-  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim.unsafe_unmap_count(), 0u);
 }
 
-// The same with the stream forgotten before the free: a free on b of a block of a forgotten stream
-// waits for b's work and then for a device-wide wait, since a's queued work may still use it.
+TEST_F(PoolStreams, AFreeOnAnotherStreamOutlivesTheStreamItWasAllocatedOn) {
+  expect_a_forgotten_streams_work_respected(*sim, p, a, b, false);
+}
+
 TEST_F(PoolStreams, AFreeOnAnotherStreamOfAForgottenStreamsBlockWaitsForTheDevice) {
-  void* x = p.allocate(4 * MiB, a);
-  void* keeper = p.allocate(2 * MiB, b);
-  sim->launch(0, a, 300.0, reinterpret_cast<device_address>(x), 4 * MiB);
-  p.forget_stream(a);
-  p.deallocate(x, b);
-  void* on_b = p.allocate(4 * MiB, b);
-  EXPECT_NE(on_b, x) << "reused under a's queued work";
-  p.deallocate(on_b, b);
-  p.deallocate(keeper, b);
-  (void)p.release();
-  EXPECT_EQ(p.stats().mapped_bytes, 0u) << "every byte went back";
-  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  expect_a_forgotten_streams_work_respected(*sim, p, a, b, true);
 }
 
 // A block handed out on stream a over a's own earlier free, whose work is still queued, then freed
