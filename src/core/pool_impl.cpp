@@ -263,16 +263,19 @@ void pool_impl::free_held_back(block* b, stream_state& s, std::uint64_t sequence
   pending_.push_back(std::move(pending));
 }
 
+const block& pool_impl::handed_out_block(const void* ptr, const char* operation, std::size_t& requested) {
+  const block* b = live_.find(reinterpret_cast<device_address>(ptr));
+  if (b == nullptr) throw_bad_pointer(operation, ptr);
+  requested = b->requested;
+  if (b->state == block_state::lent && !handed_out(*b, &requested)) throw_bad_pointer(operation, ptr);
+  return *b;
+}
+
 std::size_t pool_impl::allocation_size(const void* ptr) {
   std::lock_guard guard(lock_);
-  const block* b = live_.find(reinterpret_cast<device_address>(ptr));
-  if (b == nullptr) throw_bad_pointer("allocation_size", ptr);
-  if (b->state == block_state::lent) {
-    std::size_t requested = 0;
-    if (!handed_out(*b, &requested)) throw_bad_pointer("allocation_size", ptr);
-    return requested;
-  }
-  return b->requested;
+  std::size_t requested = 0;
+  (void)handed_out_block(ptr, "allocation_size", requested);
+  return requested;
 }
 
 bool pool_impl::owns(const void* ptr) {

@@ -252,18 +252,23 @@ class pool_impl {
   /// section 0, "Frees on another stream"); and `freeing` or any stream reused it under that
   /// queued work.
   [[nodiscard]] bool held_back_for_its_stream(const block& b, const stream_state& freeing);
-  /// Calls `visit(id)` for each handle under the first `requested` bytes of live block `b` (at
-  /// least one), in address order: what export_allocation exports (pool_export.cpp).
+  /// Calls `visit(id, start)` for each handle under the first `requested` bytes of live block `b`
+  /// (at least one), in address order, with where that mapping of it starts: what
+  /// export_allocation exports (pool_export.cpp).
   template <typename Visit>
   void for_each_handle_of(const block& b, std::size_t requested, Visit visit) {
     const address_range& range = *b.range;
     const device_address end = b.address + std::max<std::size_t>(requested, 1);
     for (device_address at = b.address; at < end;) {
       const std::uint32_t id = range.page_handle[(at - range.base) / pages_.granularity()];
-      visit(id);
-      at = pages_.mapping_start(id, at) + pages_.record(id).size;
+      const device_address start = pages_.mapping_start(id, at);
+      visit(id, start);
+      at = start + pages_.record(id).size;
     }
   }
+  /// The live block at `ptr` as the program holds it (handed out by a thread's cache, if lent),
+  /// its requested bytes in `requested`; throws invalid_pointer for `operation` otherwise.
+  const block& handed_out_block(const void* ptr, const char* operation, std::size_t& requested);
   /// Frees `b` on `s` once the work it waits for is done: that of the streams record_stream()
   /// named, and of `s` itself when `b` was allocated on another stream (`elsewhere`:
   /// held_back_for_its_stream). Until then it is pending, and allocations look for its events
@@ -418,6 +423,10 @@ class pool_impl {
   /// malloc: found only at the next miss, best fit had by then placed the requests in other free
   /// memory.
   bool settle_held_back_frees(bool stop_at_first_waiting);
+  /// Completes every pending free `done` says is done, keeping the rest in the order freed
+  /// (release_policy.cpp).
+  template <typename Done>
+  void complete_pending_where(Done done);
   void settle_stream(stream_state& s);
   void complete_pending(pending_free& p);
   void recycle_idle_streams();

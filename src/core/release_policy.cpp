@@ -12,6 +12,7 @@
 // release() returns the exact bytes handed back.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 
@@ -175,14 +176,29 @@ void pool_impl::settle_frees_keeping_lent() {
   recycle_idle_streams();
 }
 
+template <typename Done>
+void pool_impl::complete_pending_where(Done done) {
+  std::size_t still_pending = 0;  // in the order freed
+  for (std::size_t i = 0; i < pending_.size(); ++i) {
+    if (done(pending_[i])) {
+      complete_pending(pending_[i]);
+      continue;
+    }
+    if (still_pending != i) pending_[still_pending] = std::move(pending_[i]);
+    ++still_pending;
+  }
+  pending_.resize(still_pending);
+}
+
 bool pool_impl::settle_held_back_frees(bool stop_at_first_waiting) {
   // Only an event that completed proves the recorded stream's work done: a failed query leaves the
   // free waiting (for a later query or a device-wide wait), never reused under that work.
   auto done = [this](const pending_free& p) {
+    if (p.needs_device_wait) return false;
     for (event_t e : p.events) {
       if (calls_.event_query(e) != driver_status::success) return false;
     }
-    return !p.needs_device_wait;
+    return true;
   };
   if (stop_at_first_waiting) {
     // An allocation's look: in the order freed, the first still waiting says the later ones are
@@ -193,19 +209,8 @@ bool pool_impl::settle_held_back_frees(bool stop_at_first_waiting) {
     }
     return !pending_.empty();
   }
-  bool waiting = false;
-  std::size_t still_pending = 0;  // in the order freed
-  for (std::size_t i = 0; i < pending_.size(); ++i) {
-    if (done(pending_[i])) {
-      complete_pending(pending_[i]);
-      continue;
-    }
-    waiting = waiting || !pending_[i].needs_device_wait;
-    if (still_pending != i) pending_[still_pending] = std::move(pending_[i]);
-    ++still_pending;
-  }
-  pending_.resize(still_pending);
-  return waiting;
+  complete_pending_where(done);
+  return std::any_of(pending_.begin(), pending_.end(), [](const pending_free& p) { return !p.needs_device_wait; });
 }
 
 void pool_impl::wait_for_stream(stream_state& s) {
@@ -238,16 +243,7 @@ void pool_impl::wait_for_device(bool drop_lock) {
                 fmt::format("tidepool: device_synchronize failed on device {}: {}", device_, to_string(status)));
   }
   flush_parked();
-  std::size_t still_pending = 0;  // in the order freed
-  for (std::size_t i = 0; i < pending_.size(); ++i) {
-    if (pending_[i].sequence <= fence) {
-      complete_pending(pending_[i]);
-      continue;
-    }
-    if (still_pending != i) pending_[still_pending] = std::move(pending_[i]);
-    ++still_pending;
-  }
-  pending_.resize(still_pending);
+  complete_pending_where([fence](const pending_free& p) { return p.sequence <= fence; });
   streams_.for_each([&](stream_state& s) {
     if (kept_for_graph(s)) return;  // a graph's launches may come after the wait
     s.completed = std::max(s.completed, fence);

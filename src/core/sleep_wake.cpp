@@ -223,7 +223,7 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
   auto stays_awake = [&](const block& b) {
     if (shared.empty() || b.range->segment) return false;
     bool found = false;
-    for_each_handle_of(b, b.size, [&](std::uint32_t id) { found = found || shared.contains(id); });
+    for_each_handle_of(b, b.size, [&](std::uint32_t id, device_address) { found = found || shared.contains(id); });
     return found;
   };
   // The contents: every live block's requested bytes, in one pinned buffer.
@@ -317,7 +317,7 @@ std::unordered_set<std::uint32_t> pool_impl::handles_staying_awake() {
       a->for_each_block([&](const block& b) {
         if (b.state != block_state::live || b.range->segment) return;
         std::vector<std::uint32_t> ids;
-        for_each_handle_of(b, b.size, [&](std::uint32_t id) { ids.push_back(id); });
+        for_each_handle_of(b, b.size, [&](std::uint32_t id, device_address) { ids.push_back(id); });
         if (std::none_of(ids.begin(), ids.end(), [&](std::uint32_t id) { return shared.contains(id); })) return;
         for (std::uint32_t id : ids) grew = shared.insert(id).second || grew;
       });

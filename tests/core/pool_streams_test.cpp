@@ -103,7 +103,7 @@ TEST_F(PoolStreams, FreesOfDifferentStreamsDoNotMerge) {
 // A block freed on a stream other than the one it was allocated on (memory handed to a
 // communication stream that only frees) reaches the allocating stream at its next allocation once
 // the freeing stream's work is done, not only at its next miss: before, best fit had by then
-// placed the request in other free memory (the data-parallel trace held 1.40x, RESULTS section 0).
+// placed the request in other free memory (the data-parallel traces, RESULTS section 0).
 TEST_F(PoolStreams, AFreeOnAnotherStreamReachesTheAllocatingStreamAtItsNextAllocation) {
   void* wide = p.allocate(8 * MiB, a);
   void* between = p.allocate(2 * MiB, a);  // keeps x from joining wide's free memory

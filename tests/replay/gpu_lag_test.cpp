@@ -57,8 +57,9 @@ TEST(ReplayGpuLag, TidepoolHoldsTheSameOnARecordedLoopWhetherTheGpuKeepsUpOrNot)
 // 25 MiB gradient buckets made there and freed on a communication stream once reduced (a free on
 // another stream than the allocation's, which RMM's and cudaFreeAsync's callers may make). The
 // buckets reach the compute stream once the communication stream's event completes; when they
-// reached it only at its next miss, best fit placed the next requests elsewhere, and the loop held
-// 1.16-1.53x (bench/synthetic/make_traces.py's ddp traces, docs/RESULTS.md section 0).
+// reached it only at its next miss, best fit placed the next requests elsewhere and the loop held
+// far more than expandable segments (bench/synthetic/make_traces.py's ddp traces; the figures are
+// in docs/RESULTS.md, section 0, "Frees on another stream").
 constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::uintptr_t compute = 0;
 constexpr std::uintptr_t communication = 0x1001;
