@@ -8,8 +8,12 @@
 
 namespace tidepool::cli {
 
-std::shared_ptr<driver> make_driver(const std::string& device) {
-  if (device == "sim") return std::make_shared<sim_driver>(sim_config{});
+std::shared_ptr<driver> make_driver(const std::string& device, std::size_t sim_capacity) {
+  if (device == "sim") {
+    sim_config config;
+    if (sim_capacity != 0) config.capacity = sim_capacity;
+    return std::make_shared<sim_driver>(config);
+  }
   if (device == "cuda") {
     if (const std::string reason = cuda_driver_unavailable_reason(); !reason.empty()) {
       throw error(error_code::unavailable, fmt::format("--device cuda: {}", reason));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "replay/replay_engine.hpp"
 #include "replay/report.hpp"
 #include "replay/trace_reader.hpp"
+#include "process/text_values.hpp"
 #include "tidepool/errors.hpp"
 
 namespace tidepool::cli {
@@ -34,7 +36,41 @@ struct replay_settings {
   bool alias_free_handles = false;
   double alias_slack = tidepool::pool_options{}.alias_slack;
   double gpu_lag_ms = 0.0;
+  std::string capacity;  ///< sim only: "80GiB" (bytes) or "1.05x" (times each trace's peak in use)
 };
+
+// --capacity's device size for one trace: a byte count, or a multiple of the trace's peak in use
+// ("1.05x") rounded up to the sim's 2 MiB granule; 0 when not given (an H200's size).
+std::size_t sim_capacity_for(const std::string& text, std::size_t trace_peak_live_bytes) {
+  if (text.empty()) return 0;
+  constexpr std::size_t granule = std::size_t{2} << 20;
+  if (text.back() == 'x' || text.back() == 'X') {
+    const std::string number = text.substr(0, text.size() - 1);
+    std::size_t parsed = 0;
+    double times = 0.0;
+    try {
+      times = std::stod(number, &parsed);
+    } catch (const std::exception&) {
+      parsed = 0;
+    }
+    if (parsed != number.size() || !(times >= 1.0 && times <= 1000.0)) {
+      throw error(error_code::invalid_argument,
+                  fmt::format("--capacity '{}': a multiple of the trace's peak in use is a number from 1 to 1000 "
+                              "followed by x (e.g. 1.05x)",
+                              text));
+    }
+    const double bytes = times * static_cast<double>(std::max(trace_peak_live_bytes, granule));
+    return (static_cast<std::size_t>(bytes) + granule - 1) / granule * granule;
+  }
+  std::size_t bytes = 0;
+  if (!detail::parse_byte_count(text, &bytes) || bytes < granule || bytes > (std::size_t{1} << 50)) {
+    throw error(error_code::invalid_argument,
+                fmt::format("--capacity '{}': a byte count from 2 MiB to 1 PiB (e.g. 80GiB) or a multiple of the "
+                            "trace's peak in use (e.g. 1.05x)",
+                            text));
+  }
+  return bytes;
+}
 
 // Progress on stderr, only when it is a terminal and the trace is long enough to wait for.
 class progress_line {
@@ -59,7 +95,12 @@ void run_replay(const replay_settings& settings) {
     throw error(error_code::invalid_argument,
                 "--brief prints tidepool's goals on each trace: --allocators must include tidepool");
   }
-  // A row larger than the device is a bad row of the trace, named by file and line when read.
+  if (!settings.capacity.empty() && settings.device != "sim") {
+    throw error(error_code::invalid_argument, "--capacity sizes the simulated GPU: it needs --device sim");
+  }
+  (void)sim_capacity_for(settings.capacity, 0);  // a malformed --capacity before any trace is read
+  // A row larger than the device is a bad row of the trace, named by file and line when read (the
+  // H200's size: a trace larger than a --capacity device replays, its allocations failing).
   const std::size_t capacity = make_driver(settings.device)->memory_info(0).total;
   std::vector<replay::replay_result> all;
   replay::goal_tally tally;
@@ -67,6 +108,7 @@ void run_replay(const replay_settings& settings) {
     const replay::trace t = read_trace_to_replay(path, capacity);
     const replay::trace_summary summary = replay::summarize(t);
     const progress_line progress(t.events.size());
+    const std::size_t sim_capacity = sim_capacity_for(settings.capacity, summary.peak_live_bytes);
     std::vector<replay::replay_result> results;
     for (const std::string& name : allocators) {
       replay::replay_options options;
@@ -77,7 +119,7 @@ void run_replay(const replay_settings& settings) {
       options.gpu_lag_us = settings.gpu_lag_ms * 1000.0;
       const std::string what = fmt::format("replaying {} with {}", t.name, name);
       options.progress = [&progress, &what](std::size_t done, std::size_t total) { progress.show(what, done, total); };
-      results.push_back(replay::replay_trace(t, name, make_driver(settings.device), options));
+      results.push_back(replay::replay_trace(t, name, make_driver(settings.device, sim_capacity), options));
       progress.clear();
     }
     if (settings.json) {  // the goals are the reader's to check from the JSON
@@ -89,7 +131,14 @@ void run_replay(const replay_settings& settings) {
     if (settings.brief) {
       if (goals) fmt::print("{}", replay::format_goals_brief(*goals));
     } else {
-      fmt::print("{}{}\n", replay::format_table(summary, results), replay::format_goals(results));
+      std::string table = replay::format_table(summary, results);
+      if (sim_capacity != 0) {  // under the trace's line: what the device was
+        const std::size_t end_of_first_line = table.find('\n');
+        table.insert(end_of_first_line + 1,
+                     fmt::format("  on a simulated GPU of {} (--capacity {}): allocations past it fail.\n",
+                                 replay::format_bytes(sim_capacity), settings.capacity));
+      }
+      fmt::print("{}{}\n", table, replay::format_goals(results));
     }
   }
   if (settings.json) {
@@ -185,6 +234,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
                    "after it, on the trace's clock), as in a loop that queues kernels ahead of a busy GPU")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  command->add_option("--capacity", settings->capacity,
+                      "sim only: the simulated GPU's size instead of an H200's: bytes (80GiB) or a multiple of "
+                      "each trace's peak in use (1.05x); allocations past it fail and are counted");
 
   command->callback([settings, &exit_code] {
     run_replay(*settings);

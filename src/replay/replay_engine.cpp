@@ -66,6 +66,7 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
     throw error(error_code::driver_failure,
                 fmt::format("replay: cannot open the context of device {}: {}", device, to_string(status)));
   }
+  r.device_capacity_bytes = drv->memory_info(device).total;
   const driver_call_counts counts_before = drv->call_counts();
   auto* sim = dynamic_cast<sim_driver*>(drv.get());
   std::unique_ptr<replay_allocator> allocator = make_allocator(allocator_name, drv, device, options.tidepool_options);

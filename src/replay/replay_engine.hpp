@@ -63,6 +63,7 @@ struct replay_result {
   std::string trace;
   std::string allocator;
   std::string device;  ///< the driver's name
+  std::size_t device_capacity_bytes = 0;  ///< the device's total memory as its driver reports it
   std::uint64_t operations = 0;          ///< allocate and free calls made
   std::uint64_t failures = 0;            ///< allocations the allocator could not satisfy
   std::uint64_t recorded_failures = 0;   ///< `allocate failure` rows of the trace (skipped)

@@ -274,6 +274,7 @@ std::string format_json(const std::vector<replay_result>& results) {
     o["trace"] = r.trace;
     o["allocator"] = r.allocator;
     o["device"] = r.device;
+    o["device_capacity_bytes"] = r.device_capacity_bytes;
     o["operations"] = r.operations;
     o["failures"] = r.failures;
     o["peak_live_bytes"] = r.peak_live_bytes;

@@ -11,6 +11,9 @@ std::optional<device_address> tidepool_allocator::allocate(std::size_t bytes, st
     return reinterpret_cast<device_address>(pool_.allocate(bytes, stream));
   } catch (const out_of_memory&) {
     return std::nullopt;
+  } catch (const error& e) {
+    if (e.code() == error_code::invalid_size && bytes != 0) return std::nullopt;
+    throw;
   }
 }
 

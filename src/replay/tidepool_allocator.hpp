@@ -16,7 +16,9 @@ class tidepool_allocator final : public replay_allocator {
   tidepool_allocator(std::shared_ptr<driver> drv, int device, const pool_options& options = {});
 
   [[nodiscard]] std::string_view name() const noexcept override { return "tidepool"; }
-  /// pool::allocate; tidepool::out_of_memory becomes nullopt (counted as a failure).
+  /// pool::allocate; tidepool::out_of_memory becomes nullopt (counted as a failure), and so does
+  /// a request larger than the whole device (a trace replayed on a smaller one, `--capacity`),
+  /// which the pool refuses as an invalid size.
   [[nodiscard]] std::optional<device_address> allocate(std::size_t bytes, stream_t stream) override;
   void deallocate(device_address address, std::size_t bytes, stream_t stream) override;
   /// pool::release().
