@@ -163,6 +163,7 @@ def test_tidepool_options():
 
 @pytest.mark.parametrize("argv", [["--tidepool-option", "x"], ["--workloads", "bert"], ["--allocators", "cuda"],
                                   ["--steps", "0"], ["--timeout", "0"], ["--repeats", "0"], ["--worker"],
+                                  ["--memory-cap-gib", "0"], ["--memory-cap-gib", "lots"],
                                   ["--worker", "--workloads", "gpt-vary,gpt-fixed", "--allocators", "default"]])
 def test_bad_flags_are_refused_clearly(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -241,6 +242,19 @@ def test_profile_flag_gives_each_run_a_file_of_its_own(tmp_path, monkeypatch):
     train_bench.run_child("gpt-vary", "tidepool", train_bench.parse_args(["--workloads", "gpt-vary"]),
                           str(tmp_path / "gpt-vary.tidepool.log"))
     assert "--profile-out" not in commands[-1]
+
+
+def test_memory_cap_reaches_every_child(tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(train_bench.report, "run_child", lambda command, *rest: commands.append(command) or {})
+    args = train_bench.parse_args(["--workloads", "gpt-vary", "--memory-cap-gib", "13.5"])
+    for allocator in ("default", "tidepool"):
+        train_bench.run_child("gpt-vary", allocator, args, str(tmp_path / f"gpt-vary.{allocator}.log"))
+        child = train_bench.parse_args(commands[-1][2:])  # the child's own flags, after the script
+        assert child.worker and child.memory_cap_gib == 13.5
+    train_bench.run_child("gpt-vary", "default", train_bench.parse_args(["--workloads", "gpt-vary"]),
+                          str(tmp_path / "x.log"))
+    assert "--memory-cap-gib" not in commands[-1]
 
 
 def test_run_profiled_writes_the_stats_and_returns_the_result(tmp_path, capsys):

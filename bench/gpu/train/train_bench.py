@@ -4,14 +4,16 @@ each workload and allocator in its own process.
 
     TIDEPOOL_LIBRARY=$PWD/build/src/libtidepool.so python3 bench/gpu/train/train_bench.py \\
         [--workloads gpt-vary,...] [--allocators default,expandable,tidepool] [--steps N] [--log-dir DIR]
-        [--tidepool-option growth_slack=0.05 ...] [--record] [--repeats N]
+        [--tidepool-option growth_slack=0.05 ...] [--record] [--repeats N] [--memory-cap-gib G]
 
 Per run, the child prints one JSON line: median and p90 step time after the warm-up (each step
 timed to a torch.cuda.synchronize()), the time of the first 10 steps, peak in use and peak held by
 the allocator's own count, NVML's peak for the process over its baseline, and driver calls. The
 launcher prints a table per workload and all of them at the end, and writes every JSON line to
 LOG_DIR/train-bench.jsonl (each child's output to LOG_DIR/train-bench/WORKLOAD.ALLOCATOR.log).
-Exit status 1 if any run failed. `--list` lists the workloads. The allocator `tidepool+record`
+Exit status 1 if any run failed. `--memory-cap-gib G` runs every allocator as on a GPU of G GiB
+(PyTorch's per-process memory fraction, which `tidepool.torch.use()` passes on to tidepool): how
+each behaves near the device's capacity, where one that cannot find room fails the run. `--list` lists the workloads. The allocator `tidepool+record`
 (named only on purpose, not in the default list) is tidepool recording every allocation and free
 (TIDEPOOL_RECORD) to LOG_DIR/train-bench/WORKLOAD.tidepool+record.csv.gz: with
 `--allocators tidepool,tidepool+record` each table ends with what the recording cost (median step
@@ -62,6 +64,10 @@ def parse_args(argv=None):
                         "rotated each time; the table adds one row per allocator over all runs (each "
                         "step the geometric mean of its runs). For loops bound by the host, whose "
                         "processes differ by 10-20%% whatever the allocator (default 1)")
+    parser.add_argument("--memory-cap-gib", type=float, metavar="GIB",
+                        help="cap every allocator at this much device memory (torch.cuda."
+                             "set_per_process_memory_fraction, which use() passes to tidepool): a GPU "
+                             "that size; a run whose allocation fails reports the error")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per run before it is killed (300)")
     parser.add_argument("--nvml-interval-ms", type=float, default=5, help="NVML sampling period (5 ms)")
     parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
@@ -96,6 +102,8 @@ def parse_args(argv=None):
             parser.error(f"--{name} must be at least {1 if name == 'steps' else 0}")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.memory_cap_gib is not None and args.memory_cap_gib <= 0:
+        parser.error("--memory-cap-gib must be positive")
     if args.timeout <= 0 or args.nvml_interval_ms <= 0:
         parser.error("--timeout and --nvml-interval-ms must be positive")
     if args.worker and (len(args.workloads) != 1 or len(args.allocators) != 1):
@@ -202,7 +210,8 @@ def run_profiled(run, profile_out):
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(30)
 
 
-def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_options, profile_out=None):
+def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_options, profile_out=None,
+            memory_cap_gib=None):
     """Runs the workload; returns its figures (raises on failure)."""
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if conf != catalog.alloc_conf(allocator):
@@ -231,6 +240,13 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
     torch.cuda.synchronize()  # the context exists; nothing is allocated yet
     device = torch.cuda.current_device()
     result = {"device_name": torch.cuda.get_device_name(device), "versions": _versions(spec)}
+    if memory_cap_gib is not None:
+        total = torch.cuda.get_device_properties(device).total_memory
+        fraction = memory_cap_gib * 2**30 / total
+        if fraction > 1:
+            raise ValueError(f"--memory-cap-gib {memory_cap_gib}: the device has {total / 2**30:.1f} GiB")
+        torch.cuda.set_per_process_memory_fraction(fraction, device)
+        result["memory_cap_bytes"] = int(memory_cap_gib * 2**30)
     monitor = None
     try:
         monitor = nvml_peak.NvmlPeak(nvml_peak.pci_bus_id_of_current_device(torch), nvml_interval_s)
@@ -279,7 +295,7 @@ def worker(args):
         steps, warmup = steps_of(spec, args)
         result.update({"steps": steps, "warmup": warmup})
         result.update(measure(spec, allocator, steps, warmup, args.seed, args.nvml_interval_ms / 1000.0,
-                              args.tidepool_options, args.profile_out))
+                              args.tidepool_options, args.profile_out, args.memory_cap_gib))
     except Exception as e:
         traceback.print_exc()
         result["error"] = f"{type(e).__name__}: {e}"[:2000]
@@ -306,6 +322,8 @@ def run_child(workload, allocator, args, log_path, tag=""):
             command += [f"--{name}", str(getattr(args, name))]
     for option in args.tidepool_option:
         command += ["--tidepool-option", option]
+    if args.memory_cap_gib is not None:
+        command += ["--memory-cap-gib", repr(args.memory_cap_gib)]
     if args.profile:
         command += ["--profile-out", os.path.join(os.path.dirname(log_path), f"{workload}.{allocator}{tag}.prof")]
     record = None
