@@ -62,10 +62,27 @@ std::size_t sim_capacity_for(const std::string& text, std::size_t trace_peak_liv
     const double bytes = times * static_cast<double>(std::max(trace_peak_live_bytes, granule));
     return (static_cast<std::size_t>(bytes) + granule - 1) / granule * granule;
   }
+  // A byte count as the library reads one ("80G", "80GiB"), its number possibly with a fraction
+  // ("13.5GiB").
+  const std::size_t number_end = text.find_first_not_of("0123456789.");
+  const std::string number = text.substr(0, number_end);
+  const std::string unit = number_end == std::string::npos ? std::string() : text.substr(number_end);
   std::size_t bytes = 0;
-  if (!detail::parse_byte_count(text, &bytes) || bytes < granule || bytes > (std::size_t{1} << 50)) {
+  std::size_t unit_bytes = 0;
+  std::size_t parsed = 0;
+  double value = -1.0;
+  try {
+    value = number.empty() ? -1.0 : std::stod(number, &parsed);
+  } catch (const std::exception&) {
+    parsed = 0;
+  }
+  if (parsed == number.size() && value >= 0.0 && detail::parse_byte_count("1" + unit, &unit_bytes) &&
+      value * static_cast<double>(unit_bytes) <= static_cast<double>(std::size_t{1} << 50)) {
+    bytes = static_cast<std::size_t>(value * static_cast<double>(unit_bytes));
+  }
+  if (bytes < granule || bytes > (std::size_t{1} << 50)) {
     throw error(error_code::invalid_argument,
-                fmt::format("--capacity '{}': a byte count from 2 MiB to 1 PiB (e.g. 80GiB) or a multiple of the "
+                fmt::format("--capacity '{}': a byte count from 2 MiB to 1 PiB (e.g. 80GiB, 13.5G) or a multiple of the "
                             "trace's peak in use (e.g. 1.05x)",
                             text));
   }
@@ -235,7 +252,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   command->add_option("--capacity", settings->capacity,
-                      "sim only: the simulated GPU's size instead of an H200's: bytes (80GiB) or a multiple of "
+                      "sim only: the simulated GPU's size instead of an H200's: bytes (80GiB, 13.5G) or a multiple of "
                       "each trace's peak in use (1.05x); allocations past it fail and are counted");
 
   command->callback([settings, &exit_code] {
