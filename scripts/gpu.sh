@@ -27,7 +27,12 @@
 # each size against one cuMemAlloc, and beside virtual memory calls) and
 # torch-call-cost (~50 s: bench/gpu/torch_call_cost.py, the host time of a PyTorch allocate + free
 # pair under PyTorch default, expandable segments, tidepool, cudaMallocAsync natively and behind
-# PyTorch's pluggable interface, each in its own process).
+# PyTorch's pluggable interface, each in its own process) and
+# capacity (~5 minutes: train_bench.py --memory-cap-gib, the training loops under the three
+# allocators as on a smaller GPU, for each WORKLOAD:GiB of CAPACITY_RUNS, default "gpt-vary:13.5
+# gpt-vary:14.2 hf-llama-train:19.5", about 1.05x, 1.10x and 1.03x their peak in use: which of them
+# runs to the end there (a run that fails there is a finding: the step does not fail for it); sim's
+# `tidepool replay --capacity` predicts it, docs/RESULTS.md).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -81,4 +86,7 @@ step sleep-wake env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$ro
 step torch-call-cost bash -c "for a in default expandable tidepool async pluggable-async; do \
   TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/torch_call_cost.py' \$a \
   || exit 1; done"
+step capacity bash -c "for run in ${CAPACITY_RUNS:-gpt-vary:13.5 gpt-vary:14.2 hf-llama-train:19.5}; do \
+  TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/train/train_bench.py' \
+  --workloads \${run%%:*} --memory-cap-gib \${run##*:} --log-dir '$logs/capacity-'\${run/:/-}; done; true"
 exit $status
