@@ -25,6 +25,13 @@ section 0, "Workloads it was not tuned on"):
           25 MiB gradient buckets made there and freed on a second stream once reduced (a free on
           another stream than the allocation's, as RMM's and cudaFreeAsync's callers make), the
           sequence length new each step.
+  fsdp    fully sharded data parallel training (FSDP2 style), three streams: each layer's
+          parameters kept as an eighth-sized shard; before a layer runs (forward and backward)
+          its whole parameters are gathered into a buffer made on an all-gather stream, the next
+          layer's while this one runs, and freed there after it; gradients go through a
+          reduce-scatter buffer made and freed on a third stream, whose gradient shard lives until
+          the optimizer step frees it there; activations on the compute stream. Width and depth
+          drawn from the seed, the sequence length new each step.
   gnn     graph neural network mini-batches by neighbour sampling: node and edge counts vary 16x
           from step to step, messages per edge, aggregates per node.
   unet    a diffusion model's U-Net at a resolution drawn each step, the batch fitted to a pixel
@@ -313,6 +320,52 @@ def ddp(seed, steps=40):
     return trace
 
 
+def fsdp(seed, steps=30, shards=8):
+    r = random.Random(seed)
+    d = r.choice([2048, 4096])
+    layers = r.choice([16, 24, 32])
+    gather, reduce = 1, 2  # the all-gather and reduce-scatter streams
+    layer_bytes = 12 * d * d * 2  # a layer's bf16 parameters
+    trace = Trace()
+    for _ in range(layers):
+        trace.alloc(layer_bytes // shards)
+    moments = []
+    for _ in range(steps):
+        length = r.randrange(512, 4096 + 1, 128)
+        tokens = (16384 // length) * length
+        kept = []
+        gathered = trace.alloc(layer_bytes, stream=gather)
+        for layer in range(layers):
+            ahead = trace.alloc(layer_bytes, stream=gather) if layer + 1 < layers else None
+            kept.append([trace.alloc(tokens * n * d * 2) for n in (1, 4, 1)])
+            trace.free(gathered, stream=gather)
+            gathered = ahead
+        logits = trace.alloc(tokens * 32000 * 2)
+        grad_logits = trace.alloc(tokens * 32000 * 2)
+        trace.free(logits)
+        gradient_shards = []
+        gathered = trace.alloc(layer_bytes, stream=gather)
+        for layer in reversed(range(layers)):
+            ahead = trace.alloc(layer_bytes, stream=gather) if layer > 0 else None
+            inputs = [trace.alloc(trace.live[a]) for a in kept[layer]]
+            gradient = trace.alloc(layer_bytes)
+            for pointer in kept[layer] + inputs:
+                trace.free(pointer)
+            trace.free(gathered, stream=gather)
+            scattered = trace.alloc(layer_bytes, stream=reduce)
+            trace.free(gradient)
+            gradient_shards.append(trace.alloc(layer_bytes // shards, stream=reduce))
+            trace.free(scattered, stream=reduce)
+            gathered = ahead
+        trace.free(grad_logits)
+        if not moments:
+            moments = [trace.alloc(layer_bytes // shards * 2) for _ in range(2 * layers)]
+        for shard in gradient_shards:  # the optimizer's step on the shards, each with a temporary
+            trace.free(trace.alloc(layer_bytes // shards * 2))
+            trace.free(shard, stream=reduce)
+    return trace
+
+
 def gnn(seed, steps=60):
     r = random.Random(seed)
     d = r.choice([128, 256, 512])
@@ -401,8 +454,8 @@ def amr(seed, iterations=3000):
     return trace
 
 
-FAMILIES = (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl), ("ddp", ddp), ("gnn", gnn),
-            ("unet", unet), ("amr", amr))
+FAMILIES = (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl), ("ddp", ddp),
+            ("fsdp", fsdp), ("gnn", gnn), ("unet", unet), ("amr", amr))
 
 
 def main(argv):

@@ -12,7 +12,7 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO_ROOT, "bench", "synthetic", "make_traces.py")
-NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "gnn", "unet", "amr")
+NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "fsdp", "gnn", "unet", "amr")
 
 
 def _write(out, seed):
@@ -68,6 +68,19 @@ def test_the_data_parallel_trace_frees_its_buckets_on_a_second_stream(traces):
             assert row["Stream"] == "0x1001" and int(row["Size"]) == 25 << 20
             freed_elsewhere += 1
     assert freed_elsewhere > 100
+
+
+def test_the_sharded_trace_allocates_and_frees_on_three_streams(traces):
+    allocated_on = {}
+    rows_by_stream = {}
+    for row in _rows(traces["fsdp"]):
+        rows_by_stream[row["Stream"]] = rows_by_stream.get(row["Stream"], 0) + 1
+        if row["Action"] == "allocate":
+            allocated_on[row["Pointer"]] = row["Stream"]
+        else:
+            assert row["Stream"] == allocated_on[row["Pointer"]], "each buffer is freed on its own stream"
+    assert set(rows_by_stream) == {"0x0", "0x1001", "0x1002"}
+    assert min(rows_by_stream.values()) > 100
 
 
 def test_bad_arguments_are_refused():
