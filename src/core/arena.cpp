@@ -217,7 +217,7 @@ void arena::close_window(window& w, std::uint64_t tick) {
   room->freed_tick = tick;
   if (w.below != nullptr) absorb_prev(room);
   if (w.above != nullptr && room->next != w.above) slots_[w.above->owner]->insert(w.above);  // room not all mapped
-  if (block* n = room->next; n != nullptr && n->state == block_state::free_mapped && joins(n, room->owner, room->size)) {
+  if (block* n = room->next; n != nullptr && n->state == block_state::free_mapped && joins(n, room->owner)) {
     if (n != w.above) slots_[n->owner]->remove(n);
     absorb_next(room);
   }

@@ -84,8 +84,8 @@ class arena {
   /// fit does.
   [[nodiscard]] bool parked_is_best_fit(const block* p, std::uint32_t slot, std::uint32_t free_slot) const noexcept {
     if (settings_.aliases) return true;  // aliasing places by its own rules (clear_start); measured as is
-    if (joins(p->prev, free_slot, p->size)) return false;
-    const block* above = joins(p->next, free_slot, p->size) ? p->next : nullptr;
+    if (joins(p->prev, free_slot)) return false;
+    const block* above = joins(p->next, free_slot) ? p->next : nullptr;
     const std::size_t joined = p->size + (above != nullptr ? above->size : 0);
     const block* own = slots_[slot]->find(p->size, above);
     const block* any = slot != 0 ? slots_[0]->find(p->size, above) : nullptr;
@@ -126,10 +126,6 @@ class arena {
   void serve_growth(bool on) noexcept {
     serving_growth_ = on;
   }
-
-  /// The stream slot the pool allocated on last: frees of other streams join neighbours free for
-  /// every stream only up to their own size (joins()).
-  void set_allocating_slot(std::uint32_t slot) noexcept { allocating_slot_ = slot; }
 
   /// What placement asks the pool that owns the arena (queries, no change to the pool's state):
   ///   - frees_done: whether the frees of stream `slot` up to free number `sequence` are known
@@ -304,27 +300,20 @@ class arena {
     if (b->next != nullptr) b->next->prev = added;
     b->next = added;
   }
-  // Can free block `b` (owner `slot`, `size` bytes) absorb free neighbour `n`? Same stream, or `n`
-  // reusable by any stream (the union is then reusable on `slot` only, which is safe); for a
-  // stream other than the one the pool allocated on last (set_allocating_slot()), only an `n` no
-  // larger than `b`: such a stream (a communication stream between its collectives) may make no
-  // call for a long while, and until an event of its covers the free, what it joined is its
-  // alone. A sharded data-parallel loop whose reduce-scatter stream freed small shards next to
-  // gigabytes of free memory and then waited held 1.7x peak in use (docs/RESULTS.md, section 0).
-  [[nodiscard]] bool joins(const block* n, std::uint32_t slot, std::size_t size) const noexcept {
-    if (n == nullptr || n->state != block_state::free_mapped) return false;
-    if (n->owner == slot) return true;
-    return n->owner == 0 && (slot == 0 || slot == allocating_slot_ || n->size <= size);
+  // Can free block `b` (owner `slot`) absorb free neighbour `n`? Same stream, or `n` reusable by
+  // any stream (the union is then reusable on `slot` only, which is safe).
+  static bool joins(const block* n, std::uint32_t slot) noexcept {
+    return n != nullptr && n->state == block_state::free_mapped && (n->owner == slot || n->owner == 0);
   }
   // Merges free mapped `b` (in no index) with the neighbours it joins.
   void coalesce_free(block* b) noexcept {
     block* p = b->prev;
-    if (joins(p, b->owner, b->size)) {
+    if (joins(p, b->owner)) {
       slots_[p->owner]->remove(p);
       absorb_prev(b);
     }
     block* n = b->next;
-    if (joins(n, b->owner, b->size)) {
+    if (joins(n, b->owner)) {
       slots_[n->owner]->remove(n);
       absorb_next(b);
     }
@@ -397,7 +386,6 @@ class arena {
   std::vector<std::unique_ptr<address_range>> ranges_;
   std::size_t reserved_bytes_ = 0;
   bool serving_growth_ = false;  // serve_growth()
-  std::uint32_t allocating_slot_ = 0;  // set_allocating_slot()
   // Set by take_placed() and open_window(): the miss being grown for had a free block that only
   // aliases' refusals passed over. note_alias_growth() adds up what such growth made past the
   // alias budget and stops aliasing once it is too much.

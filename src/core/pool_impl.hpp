@@ -95,7 +95,6 @@ class pool_impl {
       }
     }
     ++s->live;
-    if (s->slot != allocating_slot_) [[unlikely]] note_allocating_slot(s->slot);
     b->requested = bytes;
     live_.insert(b->address, b);
     in_use_ += size;
@@ -114,12 +113,6 @@ class pool_impl {
   exported_allocation export_allocation(const void* ptr);
   /// See tidepool::pool::end_export (pool_export.cpp).
   void end_export(const void* ptr);
-
-  /// The latest allocation was on stream slot `slot`: the arenas hear of it (arena::joins()).
-  void note_allocating_slot(std::uint32_t slot) noexcept {
-    allocating_slot_ = slot;
-    for (auto& a : arenas_) a->set_allocating_slot(slot);
-  }
 
   /// See tidepool::pool::deallocate.
   void deallocate(void* ptr, stream_t stream) {
@@ -527,8 +520,6 @@ class pool_impl {
   // Held when the latest miss began: a request that fails hands back what its growth mapped
   // (another thread's miss while the out-of-memory path dropped the lock may have moved it).
   std::size_t held_before_miss_ = 0;
-  // The stream slot of the latest allocation (arena::set_allocating_slot).
-  std::uint32_t allocating_slot_ = 0;
   // A held-back free waits for an event (settle_held_back_frees).
   bool held_back_frees_waiting_ = false;
   // Bytes of the pending frees (free_held_back).

@@ -170,53 +170,6 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursToEveryStream) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
-// A free on a stream the pool is not allocating on (a communication stream between its
-// collectives, which may make no call for a long while) joins a neighbour free for every stream
-// only if that neighbour is no larger than itself: what it joins is its stream's alone until an
-// event of that stream covers the free. Here the large neighbour stays every stream's and serves
-// another stream at once, while the stream's own block is reused at once where it was freed.
-TEST_F(PoolStreams, AFreeOnAStreamThatIsNotAllocatingLeavesLargerFreeNeighboursToEveryStream) {
-  stream_t c = nullptr;
-  ASSERT_EQ(sim->stream_create(0, &c), driver_status::success);
-  void* big = p.allocate(64 * MiB, a);
-  void* on_b = p.allocate(2 * MiB, b);
-  void* elsewhere = p.allocate(2 * MiB, b);
-  ASSERT_EQ(reinterpret_cast<device_address>(on_b), reinterpret_cast<device_address>(big) + 64 * MiB);
-  p.deallocate(big, a);
-  void* miss = p.allocate(96 * MiB, a);  // a slow path: big, a's free with no work queued, is every stream's now
-  sim->launch(0, b, 100.0, reinterpret_cast<device_address>(on_b), 2 * MiB);
-  p.deallocate(on_b, b);
-  p.deallocate(elsewhere, b);  // on_b goes to b's list; b's work on it is still queued
-  const std::size_t held = p.stats().mapped_bytes;
-  void* on_c = p.allocate(64 * MiB, c);
-  EXPECT_EQ(on_c, big) << "big's memory went with on_b to b's list";
-  EXPECT_EQ(p.stats().mapped_bytes, held) << "the pool grew beside memory free for every stream";
-  void* on_b_again = p.allocate(2 * MiB, b);
-  EXPECT_EQ(on_b_again, on_b) << "b reuses its own free at once";
-  p.deallocate(on_b_again, b);
-  p.deallocate(on_c, c);
-  p.deallocate(miss, a);
-  (void)p.release();
-  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
-}
-
-// The stream the pool allocates on keeps joining every free neighbour, whatever its size (a
-// program's main stream: its frees settle at its next allocations).
-TEST_F(PoolStreams, AFreeOnTheAllocatingStreamJoinsLargerFreeNeighbours) {
-  void* big = p.allocate(64 * MiB, a);
-  void* small = p.allocate(2 * MiB, a);
-  void* keeper = p.allocate(2 * MiB, a);
-  ASSERT_EQ(reinterpret_cast<device_address>(small), reinterpret_cast<device_address>(big) + 64 * MiB);
-  p.deallocate(big, a);
-  void* miss = p.allocate(96 * MiB, a);  // big is every stream's now
-  p.deallocate(small, a);
-  void* other = p.allocate(1 * MiB, a);  // gives small back (it was parked), joined with big
-  void* joined = p.allocate(66 * MiB, a);
-  EXPECT_EQ(joined, big) << "small joined big's memory";
-  for (void* ptr : {joined, other, keeper, miss}) p.deallocate(ptr, a);
-  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
-}
-
 // The stream a block was allocated on is forgotten (destroyed, its queued work running on), before
 // or after the block is freed on another stream: no other stream reuses it under work still queued
 // where it was allocated, and nothing is stranded: release() waits for the device and hands it
