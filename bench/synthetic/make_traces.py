@@ -32,6 +32,9 @@ section 0, "Workloads it was not tuned on"):
           reduce-scatter buffer made and freed on a third stream, whose gradient shard lives until
           the optimizer step frees it there; activations on the compute stream. Width and depth
           drawn from the seed, the sequence length new each step.
+  pair    two training loops in one process, each on a stream of its own that it allocates on (an
+          actor and a learner, two models served side by side): two of the ckpt, gnn, unet and moe
+          families drawn from the seed, their rows interleaved in runs of 1-200.
   gnn     graph neural network mini-batches by neighbour sampling: node and edge counts vary 16x
           from step to step, messages per edge, aggregates per node.
   unet    a diffusion model's U-Net at a resolution drawn each step, the batch fitted to a pixel
@@ -366,6 +369,21 @@ def fsdp(seed, steps=30, shards=8):
     return trace
 
 
+def pair(seed):
+    r = random.Random(seed)
+    first, second = r.sample([ckpt, gnn, unet, moe], 2)
+    loops = [first(seed).rows, second(seed + 1000).rows]
+    trace = Trace()
+    done = [0, 0]
+    while done[0] < len(loops[0]) or done[1] < len(loops[1]):
+        which = 0 if done[1] >= len(loops[1]) or (done[0] < len(loops[0]) and r.random() < 0.5) else 1
+        run = loops[which][done[which]:done[which] + r.randint(1, 200)]
+        done[which] += len(run)
+        # The second loop's pointers moved clear of the first's (both bump from the same start).
+        trace.rows += run if which == 0 else [(a, p + (1 << 44), size, 1) for a, p, size, _ in run]
+    return trace
+
+
 def gnn(seed, steps=60):
     r = random.Random(seed)
     d = r.choice([128, 256, 512])
@@ -455,7 +473,7 @@ def amr(seed, iterations=3000):
 
 
 FAMILIES = (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl), ("ddp", ddp),
-            ("fsdp", fsdp), ("gnn", gnn), ("unet", unet), ("amr", amr))
+            ("fsdp", fsdp), ("pair", pair), ("gnn", gnn), ("unet", unet), ("amr", amr))
 
 
 def main(argv):

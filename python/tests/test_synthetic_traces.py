@@ -12,7 +12,7 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO_ROOT, "bench", "synthetic", "make_traces.py")
-NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "fsdp", "gnn", "unet", "amr")
+NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "fsdp", "pair", "gnn", "unet", "amr")
 
 
 def _write(out, seed):
@@ -81,6 +81,13 @@ def test_the_sharded_trace_allocates_and_frees_on_three_streams(traces):
             assert row["Stream"] == allocated_on[row["Pointer"]], "each buffer is freed on its own stream"
     assert set(rows_by_stream) == {"0x0", "0x1001", "0x1002"}
     assert min(rows_by_stream.values()) > 100
+
+
+def test_the_pair_trace_runs_two_loops_on_two_streams(traces):
+    streams = {}
+    for row in _rows(traces["pair"]):
+        streams.setdefault(row["Stream"], set()).add(row["Action"])
+    assert streams == {"0x0": {"allocate", "free"}, "0x1001": {"allocate", "free"}}
 
 
 def test_bad_arguments_are_refused():
