@@ -1,4 +1,5 @@
-// tools/device_choice.cpp: the sim (sized as an H200 by sim_config's defaults) or the CUDA driver.
+// tools/device_choice.cpp: the sim (sized as an H200 by sim_config's defaults, or as replay's
+// --capacity asks) or the CUDA driver.
 #include "device_choice.hpp"
 
 #include <fmt/format.h>

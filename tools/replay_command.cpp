@@ -39,51 +39,46 @@ struct replay_settings {
   std::string capacity;  ///< sim only: "80GiB" (bytes) or "1.05x" (times each trace's peak in use)
 };
 
-// --capacity's device size for one trace: a byte count, or a multiple of the trace's peak in use
-// ("1.05x") rounded up to the sim's 2 MiB granule; 0 when not given (an H200's size).
+// Whether all of `text` is a non-negative decimal number (std::stod alone takes "1.5x" as 1.5).
+bool parse_whole_number(const std::string& text, double* out) {
+  if (text.empty() || text.find_first_not_of("0123456789.") != std::string::npos) return false;
+  try {
+    std::size_t parsed = 0;
+    *out = std::stod(text, &parsed);
+    return parsed == text.size();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// --capacity's device size for one trace: a byte count (the library's units, "80G", "80GiB", with
+// a fraction allowed: "13.5GiB"), or a multiple of the trace's peak in use ("1.05x") rounded up to
+// the sim's 2 MiB granule; 0 when not given (an H200's size).
 std::size_t sim_capacity_for(const std::string& text, std::size_t trace_peak_live_bytes) {
   if (text.empty()) return 0;
   constexpr std::size_t granule = std::size_t{2} << 20;
+  constexpr double most = static_cast<double>(std::size_t{1} << 50);
+  double value = 0.0;
   if (text.back() == 'x' || text.back() == 'X') {
-    const std::string number = text.substr(0, text.size() - 1);
-    std::size_t parsed = 0;
-    double times = 0.0;
-    try {
-      times = std::stod(number, &parsed);
-    } catch (const std::exception&) {
-      parsed = 0;
-    }
-    if (parsed != number.size() || !(times >= 1.0 && times <= 1000.0)) {
+    if (!parse_whole_number(text.substr(0, text.size() - 1), &value) || !(value >= 1.0 && value <= 1000.0)) {
       throw error(error_code::invalid_argument,
                   fmt::format("--capacity '{}': a multiple of the trace's peak in use is a number from 1 to 1000 "
                               "followed by x (e.g. 1.05x)",
                               text));
     }
-    const double bytes = times * static_cast<double>(std::max(trace_peak_live_bytes, granule));
+    const double bytes = value * static_cast<double>(std::max(trace_peak_live_bytes, granule));
     return (static_cast<std::size_t>(bytes) + granule - 1) / granule * granule;
   }
-  // A byte count as the library reads one ("80G", "80GiB"), its number possibly with a fraction
-  // ("13.5GiB").
-  const std::size_t number_end = text.find_first_not_of("0123456789.");
-  const std::string number = text.substr(0, number_end);
-  const std::string unit = number_end == std::string::npos ? std::string() : text.substr(number_end);
-  std::size_t bytes = 0;
+  const std::size_t number_end = std::min(text.find_first_not_of("0123456789."), text.size());
   std::size_t unit_bytes = 0;
-  std::size_t parsed = 0;
-  double value = -1.0;
-  try {
-    value = number.empty() ? -1.0 : std::stod(number, &parsed);
-  } catch (const std::exception&) {
-    parsed = 0;
-  }
-  if (parsed == number.size() && value >= 0.0 && detail::parse_byte_count("1" + unit, &unit_bytes) &&
-      value * static_cast<double>(unit_bytes) <= static_cast<double>(std::size_t{1} << 50)) {
-    bytes = static_cast<std::size_t>(value * static_cast<double>(unit_bytes));
-  }
-  if (bytes < granule || bytes > (std::size_t{1} << 50)) {
+  const bool valid = parse_whole_number(text.substr(0, number_end), &value) &&
+                     detail::parse_byte_count("1" + text.substr(number_end), &unit_bytes) &&
+                     value * static_cast<double>(unit_bytes) <= most;
+  const std::size_t bytes = valid ? static_cast<std::size_t>(value * static_cast<double>(unit_bytes)) : 0;
+  if (bytes < granule) {
     throw error(error_code::invalid_argument,
-                fmt::format("--capacity '{}': a byte count from 2 MiB to 1 PiB (e.g. 80GiB, 13.5G) or a multiple of the "
-                            "trace's peak in use (e.g. 1.05x)",
+                fmt::format("--capacity '{}': a byte count from 2 MiB to 1 PiB (e.g. 80GiB, 13.5G) or a multiple of "
+                            "the trace's peak in use (e.g. 1.05x)",
                             text));
   }
   return bytes;
