@@ -247,8 +247,11 @@ class TIDEPOOL_API pool {
   [[nodiscard]] void* allocate(std::size_t bytes, stream_t stream = nullptr,
                                lifetime hint = lifetime::scratch);
   /// Frees `ptr`, last used on `stream`: it is reused at once on `stream`, and on other streams
-  /// once the work queued on `stream` at this point has completed. `stream` must exist (not be
-  /// destroyed) during the call, unless forget_stream() was told.
+  /// once the work queued on `stream` at this point has completed and, while the pool is within
+  /// its growth budget, `stream` holds nothing live or was forgotten (a stream that still
+  /// allocates keeps what it frees, as PyTorch's per-stream pools do; past the budget, on the
+  /// out-of-memory path and at release() every stream's completed frees serve any stream).
+  /// `stream` must exist (not be destroyed) during the call, unless forget_stream() was told.
   void deallocate(void* ptr, stream_t stream = nullptr);
   /// Marks `ptr` as used on `stream` too (like PyTorch's record_stream): its memory is not
   /// reused until the work queued on `stream` before its free has completed. As in PyTorch, an

@@ -96,7 +96,7 @@ block* arena::make_range_block(address_range& range, device_address address, std
   return b;
 }
 
-driver_status arena::reserve_range(std::size_t at_least, block*& space) {
+driver_status arena::reserve_range(std::size_t at_least, std::uint32_t slot, block*& space) {
   const std::size_t g = pages_.granularity();
   const std::size_t size = std::max(round_up(settings_.range_bytes, g), round_up(at_least, g));
   device_address base = 0;
@@ -106,6 +106,7 @@ driver_status arena::reserve_range(std::size_t at_least, block*& space) {
   range->base = base;
   range->size = size;
   range->owner = this;
+  range->stream_slot = slot;
   range->page_handle.assign(size / g, page_table::no_handle);
   space = make_range_block(*range, base, size, block_state::busy);
   range->first = space;
@@ -128,8 +129,9 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
     return b;
   };
   // Bytes to map if the request is placed in `room`, starting at the free block below it;
-  // 0 if it does not fit.
+  // 0 if it does not fit, or if the room lies in another stream's ranges.
   auto cost = [&](block* room) -> std::size_t {
+    if (room->range->stream_slot != slot) return 0;
     const block* below = free_neighbour(room->prev);
     const block* above = free_neighbour(room->next);
     const std::size_t have = below != nullptr ? below->size : 0;
@@ -160,10 +162,11 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   if (room == nullptr) {
     probe.size = round_up(bytes, g);
     auto fit = rooms_.lower_bound(&probe);
+    while (fit != rooms_.end() && (*fit)->range->stream_slot != slot) ++fit;
     if (fit != rooms_.end()) room = *fit;
   }
   if (room == nullptr) {
-    const driver_status status = reserve_range(bytes, room);
+    const driver_status status = reserve_range(bytes, slot, room);
     if (status != driver_status::success) return status;
   } else {
     rooms_.erase(room);

@@ -161,9 +161,13 @@ class arena {
     device_address cursor = 0;       ///< where the next handle goes
   };
   /// Opens a window for `bytes` requested on stream `slot`, reserving a new range when no free
-  /// space fits. Of the rooms that fit (with the free mapped blocks on either side, of any stream or
-  /// of `slot`), the one needing the fewest bytes mapped wins: so the free tail of a page next to a
-  /// live block is used, not stranded.
+  /// space fits. Only the stream's own ranges (address_range::stream_slot) are looked in: each
+  /// stream grows in address ranges of its own, as PyTorch's expandable segments give each stream a
+  /// segment, so two streams' blocks never interleave and neither's free memory is cut up by the
+  /// other's live blocks (two loops side by side held 1.2x what each held alone before;
+  /// docs/RESULTS.md, section 0). Of the rooms that fit (with the free mapped blocks on either
+  /// side, of any stream or of `slot`), the one needing the fewest bytes mapped wins: so the free
+  /// tail of a page next to a live block is used, not stranded.
   driver_status open_window(std::size_t bytes, std::uint32_t slot, window& w);
   /// Turns [room start, cursor) into a free mapped block (freed at `tick`), of the stream whose
   /// free blocks it joined or else of any stream, and returns the rest of the room.
@@ -355,7 +359,7 @@ class arena {
   // Puts free unmapped `b` (in no index) into the room set, merged with free unmapped neighbours.
   void coalesce_unmapped(block* b);
   block* make_range_block(address_range& range, device_address address, std::size_t size, block_state state);
-  driver_status reserve_range(std::size_t at_least, block*& space);
+  driver_status reserve_range(std::size_t at_least, std::uint32_t slot, block*& space);
 
   struct by_size_then_address {
     bool operator()(const block* a, const block* b) const noexcept {

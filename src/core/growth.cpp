@@ -1,7 +1,9 @@
 // Growth: serving a request the cache of free mapped blocks cannot.
 //
-// In order: (1) hand to every stream the frees whose events have completed and look again (and,
-// when growth would pass the budget, wait for the request's own stream first);
+// In order: (1) settle the streams' events and look again: the frees of streams that hold nothing
+// live (or were forgotten) reach every stream, those of streams that still allocate stay theirs
+// unless growth would pass the budget (pool_impl::hand_over_completed_frees); and, when growth
+// would pass the budget, wait for the request's own stream first;
 // (2) map memory under a window of free address space: new handles (page_table::handle_size_for)
 // while held memory stays within the growth budget, (1 + growth_slack) * peak in use, and beyond
 // it whole free handles stolen from anywhere in the pool (unmapped where they lie, mapped here:
@@ -41,8 +43,15 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   // they make those threads miss in turn, and with more threads than blocks of a size the misses
   // chase each other through this path for ever and the pool never grows to the threads' working
   // set (docs/RESULTS.md, section 8). Past the budget they come back before growth steals.
-  settle_frees_keeping_lent();
+  // Within the growth budget each stream keeps the memory it freed (hand_over_completed_frees());
+  // past it, every stream's completed frees serve the request before growth steals. Not while
+  // aliasing: its placement keeps the two indexes apart and was measured with the hand-over.
+  settle_frees_keeping_lent(options_.alias_free_handles);
   if (block* b = where.take(size, s.slot, true)) return b;
+  if (beyond_growth_budget(size)) {
+    hand_over_completed_frees();
+    if (block* b = where.take(size, s.slot, true)) return b;
+  }
   // The best fit cuts a handle that wake() joined, and this stream's frees there are not known
   // complete: wait for them, so the handle is split rather than kept whole under a smaller block.
   if (where.waits_for_frees()) {

@@ -68,6 +68,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     return b;
   };
 
+  hand_over_completed_frees();
   hand_back_growth(held_before_miss_);
   if (!over_byte_cap(size)) {
     if (block* b = retry()) return recovered(b);

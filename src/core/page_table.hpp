@@ -29,6 +29,9 @@ struct address_range {
   block* first = nullptr;               ///< lowest block; blocks cover the range with no gap
   std::vector<std::uint32_t> page_handle;  ///< handle id per granule (virtual memory only)
   bool segment = false;                 ///< a plain mem_alloc segment (no virtual memory API)
+  /// The stream slot whose growth reserved the range: growth maps only in its stream's ranges
+  /// (arena::open_window).
+  std::uint32_t stream_slot = 0;
 
   [[nodiscard]] device_address end() const noexcept { return base + size; }
   [[nodiscard]] bool contains(device_address a) const noexcept { return a >= base && a < base + size; }

@@ -129,6 +129,7 @@ block* arena::room_to_extend(std::size_t bytes, std::size_t most_to_map, std::ui
   unsigned scanned = 0;
   for (auto it = rooms_.begin(); it != rooms_.end() && scanned < max_room_scan; ++it, ++scanned) {
     block* room = *it;
+    if (room->range->stream_slot != slot) continue;  // growth maps in the stream's own ranges
     const block* below = room->prev;
     if (below == nullptr || below->state != block_state::free_mapped || (below->owner != 0 && below->owner != slot) ||
         below->size >= bytes || below->size + room->size < bytes) {

@@ -414,8 +414,17 @@ class pool_impl {
   /// hold nothing (wait: waits for the whole device first, see wait_for_device). Blocks waiting in
   /// threads' caches come back first.
   void settle_frees(bool wait);
-  /// settle_frees(false) that leaves the blocks waiting in threads' caches where they are.
-  void settle_frees_keeping_lent();
+  /// settle_frees(false) that leaves the blocks waiting in threads' caches where they are. With
+  /// `hand_over` false (a miss within the growth budget, growth.cpp) a stream's completed frees stay
+  /// its own unless it holds nothing live or was forgotten: see hand_over_completed_frees().
+  void settle_frees_keeping_lent(bool hand_over = true);
+  /// Hands to slot 0 every stream's frees known complete that a settling without hand-over left in
+  /// the stream's own list. A miss within the growth budget leaves them there: each stream keeps
+  /// the memory it freed, as PyTorch's per-stream pools do, since two streams that each allocate
+  /// took each other's working sets and both grew (docs/RESULTS.md, section 0, "Streams that each
+  /// allocate"); past the budget, on the out-of-memory path and before a release they reach every
+  /// stream.
+  void hand_over_completed_frees();
   /// Completes the held-back frees (free_held_back) whose events are done; true if any still
   /// waits for an event (not only for a device-wide wait). Every allocation looks while one waits
   /// (`stop_at_first_waiting`: the oldest ones only, up to the first still waiting, which then
@@ -427,7 +436,7 @@ class pool_impl {
   /// (release_policy.cpp).
   template <typename Done>
   void complete_pending_where(Done done);
-  void settle_stream(stream_state& s);
+  void settle_stream(stream_state& s, bool hand_over = true);
   void complete_pending(pending_free& p);
   void recycle_idle_streams();
   /// Waits (with the lock dropped) for the newest event in flight on `s`, which the caller named in

@@ -102,7 +102,7 @@ void pool_impl::record_or_throw(stream_state& s) {
                           device_, to_string(record_failure_)));
 }
 
-void pool_impl::settle_stream(stream_state& s) {
+void pool_impl::settle_stream(stream_state& s, bool hand_over) {
   if (s.capture != 0) {
     (void)kept_for_graph(s);  // its frees complete only with the graph
     return;
@@ -120,8 +120,12 @@ void pool_impl::settle_stream(stream_state& s) {
     for (std::uint32_t i = 1; i < s.in_flight; ++i) s.events[i - 1] = s.events[i];
     s.events[--s.in_flight] = stream_event{};
   }
-  if (s.completed > before) {
-    for (auto& a : arenas_) a->make_global(s.slot, s.completed);
+  // A forgotten stream never allocates again, and one with nothing live has left its work: what
+  // they freed is every stream's once done.
+  if (hand_over || s.retired || s.live == 0) {
+    if (s.completed > before || !hand_over) {
+      for (auto& a : arenas_) a->make_global(s.slot, s.completed);
+    }
   }
   // With room for an event again, the stream's next free records one (and its next allocation,
   // for frees no event covers yet).
@@ -169,11 +173,18 @@ void pool_impl::settle_frees(bool wait) {
   settle_frees_keeping_lent();
 }
 
-void pool_impl::settle_frees_keeping_lent() {
+void pool_impl::settle_frees_keeping_lent(bool hand_over) {
   give_back_parked();
   held_back_frees_waiting_ = settle_held_back_frees(false);
-  streams_.for_each([this](stream_state& s) { settle_stream(s); });
+  streams_.for_each([this, hand_over](stream_state& s) { settle_stream(s, hand_over); });
   recycle_idle_streams();
+}
+
+void pool_impl::hand_over_completed_frees() {
+  streams_.for_each([this](stream_state& s) {
+    if (s.capture != 0) return;  // a capture's frees complete only with its graph (kept_for_graph)
+    for (auto& a : arenas_) a->make_global(s.slot, s.completed);
+  });
 }
 
 template <typename Done>
@@ -265,6 +276,7 @@ void pool_impl::wait_for_device(bool drop_lock) {
 
 std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, arena* only, bool at_most) {
   std::size_t released = 0;
+  hand_over_completed_frees();  // only memory free for every stream goes back
   if (!virtual_memory_) {
     std::vector<address_range*> segments;
     for (auto& a : arenas_) {

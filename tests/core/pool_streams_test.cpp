@@ -147,9 +147,10 @@ TEST_F(PoolStreams, ARecordStreamFreeReachesItsStreamAtItsNextAllocation) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
-// A block freed on another stream does not take its neighbours that are free for every stream
-// into the freeing stream's list while that stream's work runs: they stay every stream's.
-TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursToEveryStream) {
+// A block freed on another stream does not take its neighbours into the freeing stream's list while
+// that stream's work runs: y, freed on a (a's own: a keeps what it frees while it allocates), stays
+// a's, reused there at once and not by b, where a first form of cross-stream frees had dragged it.
+TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursWhereTheyWere) {
   stream_t c = nullptr;
   ASSERT_EQ(sim->stream_create(0, &c), driver_status::success);
   void* x = p.allocate(4 * MiB, a);
@@ -159,14 +160,16 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursToEveryStream) {
   void* keeper_above = p.allocate(2 * MiB, a);
   ASSERT_EQ(reinterpret_cast<device_address>(y), reinterpret_cast<device_address>(x) + 4 * MiB);
   p.deallocate(y, a);
-  void* miss = p.allocate(16 * MiB, a);  // a slow path: y, a's free with no work queued, is every stream's now
+  void* miss = p.allocate(16 * MiB, a);  // a slow path: y, a's free with no work queued, settles as a's
   sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 4 * MiB);
   p.deallocate(x, b);
-  p.deallocate(elsewhere, b);  // b's next free: x is in b's free list now, not kept aside
-  void* on_c = p.allocate(4 * MiB, c);
-  EXPECT_EQ(on_c, y) << "y went with x to b's free list";
-  p.deallocate(on_c, c);
-  for (void* ptr : {miss, keeper, keeper_above}) p.deallocate(ptr, a);
+  p.deallocate(elsewhere, b);  // b's next free: x would be in b's free list now, were it not kept aside
+  void* on_b = p.allocate(4 * MiB, b);
+  EXPECT_NE(on_b, y) << "y went with x to b's free list";
+  void* on_a = p.allocate(4 * MiB, a);
+  EXPECT_EQ(on_a, y) << "y is a's own, reused there at once";
+  p.deallocate(on_b, b);
+  for (void* ptr : {on_a, miss, keeper, keeper_above}) p.deallocate(ptr, a);
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
@@ -271,6 +274,9 @@ TEST_F(PoolStreams, TheFrontierRuleHoldsAcrossAStreamsOwnFreesAndThoseOfEveryStr
   sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 8 * MiB);
   q.deallocate(x, b);
   void* small_b = q.allocate(4096, b);  // x joins b's free blocks; b's work still runs
+  // b makes no more calls: what it freed is every stream's once done (a stream that still
+  // allocates keeps its frees within the growth budget).
+  q.forget_stream(b);
   void* t = q.allocate(3 * MiB, a);     // grows at the frontier: x is b's until its event completes
   sim->launch(0, a, 10000.0, reinterpret_cast<device_address>(t), 3 * MiB);
   q.deallocate(t, a);                   // a free block at the frontier, a's own while a's work runs
@@ -284,8 +290,8 @@ TEST_F(PoolStreams, TheFrontierRuleHoldsAcrossAStreamsOwnFreesAndThoseOfEveryStr
   q.deallocate(request, a);
   q.deallocate(small_a, a);
   q.deallocate(small_miss, a);
-  q.deallocate(keeper, b);
-  q.deallocate(small_b, b);
+  q.deallocate(keeper, a);
+  q.deallocate(small_b, a);
 }
 
 // Two free blocks of the request's size inside the mapped memory: y, the request's own stream's
@@ -297,14 +303,16 @@ TEST_F(PoolStreams, EqualFitsGoToTheLowerAddressWhicheverStreamFreedThem) {
   pool_options options;
   options.growth_slack = 10.0;  // growth makes new handles: nothing is stolen from under the blocks
   pool q(sim, 0, options);
-  void* x = q.allocate(4 * MiB, b);
-  void* keeper_b = q.allocate(2 * MiB, b);  // keeps x from joining free memory above it
+  // Each stream grows in address ranges of its own; the sim reserves a later range below an earlier.
   void* y = q.allocate(4 * MiB, a);
   void* keeper_a = q.allocate(2 * MiB, a);  // keeps y away from the frontier
+  void* x = q.allocate(4 * MiB, b);
+  void* keeper_b = q.allocate(2 * MiB, b);  // keeps x from joining free memory above it
   ASSERT_LT(reinterpret_cast<device_address>(x), reinterpret_cast<device_address>(y));
   sim->launch(0, b, 100.0, reinterpret_cast<device_address>(x), 4 * MiB);
   q.deallocate(x, b);
   void* small_b = q.allocate(4096, b);  // x joins b's free blocks; b's work still runs
+  q.forget_stream(b);                   // b makes no more calls: its frees are every stream's once done
   sim->launch(0, a, 10000.0, reinterpret_cast<device_address>(y), 4 * MiB);
   q.deallocate(y, a);                   // a's own free block while a's work runs
   sim->advance(150.0);                  // b's work done, a's not
@@ -318,8 +326,8 @@ TEST_F(PoolStreams, EqualFitsGoToTheLowerAddressWhicheverStreamFreedThem) {
   q.deallocate(small_a, a);
   q.deallocate(small_miss, a);
   q.deallocate(keeper_a, a);
-  q.deallocate(keeper_b, b);
-  q.deallocate(small_b, b);
+  q.deallocate(keeper_b, a);
+  q.deallocate(small_b, a);
 }
 
 // x and y adjacent, x held back by record_stream(x, c), y freed on another stream (so it joins
@@ -367,6 +375,10 @@ TEST_F(PoolStreamsMerged, ReleaseReturnsTheMergedBlock) {
 }
 
 TEST_F(PoolStreamsMerged, AnotherStreamReusesTheMergedBlock) {
+  // a keeps what it frees while it allocates; once it holds nothing, its frees that an event of
+  // its shows done reach every stream at the next miss.
+  for (void* ptr : {above, other, poke}) p.deallocate(ptr, a);
+  p.deallocate(p.allocate(32 * MiB, a), a);  // a miss on a (its events settle), and an event covering its frees
   void* both = p.allocate(4 * MiB, b);
   EXPECT_EQ(both, x) << "x + y, safe for every stream, serve a request on b";
   EXPECT_EQ(p.stats().driver.of(driver_call::device_synchronize), 0u);
@@ -414,12 +426,13 @@ TEST(PoolStreamsMergedLater, MergedBlockReachesEveryStreamWithItsOwnStreamsEvent
   sim->advance(1500.0);                  // c is done, a is not
   void* other = p.allocate(8 * MiB, b);  // another: x's free completes, x joins a's list and y
   sim->advance(1000.0);                  // a is done
-  p.deallocate(p.allocate(4096, a), a);  // a call on a: its event covers x and y
+  p.deallocate(above, a);                // a holds nothing now: its frees reach every stream once done
+  p.deallocate(p.allocate(4096, a), a);  // a call on a: its event covers x, y and above
   void* both = p.allocate(4 * MiB, b);
   EXPECT_EQ(both, x) << "x + y, safe for every stream once a's event completed, serve b";
   EXPECT_EQ(p.stats().driver.of(driver_call::device_synchronize), 0u);
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
-  for (void* ptr : {both, first, other, above}) p.deallocate(ptr, b);
+  for (void* ptr : {both, first, other}) p.deallocate(ptr, b);
 }
 
 // A program may destroy a stream it freed memory on before release() or the pool's end: the pool
