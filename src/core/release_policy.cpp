@@ -120,12 +120,12 @@ void pool_impl::settle_stream(stream_state& s, bool hand_over) {
     for (std::uint32_t i = 1; i < s.in_flight; ++i) s.events[i - 1] = s.events[i];
     s.events[--s.in_flight] = stream_event{};
   }
-  // A forgotten stream never allocates again, and one with nothing live has left its work: what
-  // they freed is every stream's once done.
-  if (hand_over || s.retired || s.live == 0) {
-    if (s.completed > before || !hand_over) {
-      for (auto& a : arenas_) a->make_global(s.slot, s.completed);
-    }
+  // Without `hand_over` (a miss within the growth budget) a stream that still allocates keeps its
+  // completed frees; a forgotten stream never allocates again, and one with nothing live has left
+  // its work, so theirs go to every stream, those an earlier settling left with them too.
+  const bool to_every_stream = hand_over || s.retired || s.live == 0;
+  if (to_every_stream && (s.completed > before || !hand_over)) {
+    for (auto& a : arenas_) a->make_global(s.slot, s.completed);
   }
   // With room for an event again, the stream's next free records one (and its next allocation,
   // for frees no event covers yet).
