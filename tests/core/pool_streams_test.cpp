@@ -173,6 +173,25 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursWhereTheyWere) {
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
 }
 
+// Each stream grows in address ranges of its own; when the address space has no room for another
+// (many streams, each with ranges the device's size), a stream grows in another's free room rather
+// than fail.
+TEST_F(PoolStreams, AStreamWithNoAddressSpaceOfItsOwnGrowsInAnothers) {
+  void* on_a = p.allocate(8 * MiB, a);
+  p.deallocate(on_a, a);  // a's range: mapped free memory, then unmapped room
+  (void)p.release();      // all of a's range is room now
+  for (std::uint64_t nth = 1; nth <= 16; ++nth) {  // no address space for b, however often it asks
+    sim->fail_nth(driver_call::address_reserve, nth, driver_status::out_of_memory);
+  }
+  void* on_b = p.allocate(8 * MiB, b);  // b's first growth: its own range cannot be reserved
+  EXPECT_NE(on_b, nullptr);
+  void* again = p.allocate(2 * MiB, a);
+  EXPECT_NE(again, on_b);
+  p.deallocate(on_b, b);
+  p.deallocate(again, a);
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+}
+
 // The stream a block was allocated on is forgotten (destroyed, its queued work running on), before
 // or after the block is freed on another stream: no other stream reuses it under work still queued
 // where it was allocated, and nothing is stranded: release() waits for the device and hands it
