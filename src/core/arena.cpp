@@ -165,21 +165,22 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
     while (fit != rooms_.end() && (*fit)->range->stream_slot != slot) ++fit;
     if (fit != rooms_.end()) room = *fit;
   }
+  bool reserved = false;
   if (room == nullptr) {
     const driver_status status = reserve_range(bytes, slot, room);
+    reserved = status == driver_status::success;
     if (status == driver_status::out_of_memory) {
       // No address space left for a range of the stream's own (many streams, each with ranges the
-      // device's size): another stream's room serves rather than the request failing.
-      probe.size = round_up(bytes, g);
-      auto fit = rooms_.lower_bound(&probe);
+      // device's size): another stream's room serves rather than the request failing (`probe`
+      // holds the request's size here).
+      const auto fit = rooms_.lower_bound(&probe);
       if (fit == rooms_.end()) return status;
       room = *fit;
-      rooms_.erase(room);
-      room->state = block_state::busy;
-    } else if (status != driver_status::success) {
+    } else if (!reserved) {
       return status;
     }
-  } else {
+  }
+  if (!reserved) {
     rooms_.erase(room);
     room->state = block_state::busy;
   }

@@ -164,8 +164,8 @@ class arena {
   /// space fits. Only the stream's own ranges (address_range::stream_slot) are looked in: each
   /// stream grows in address ranges of its own, as PyTorch's expandable segments give each stream a
   /// segment, so two streams' blocks never interleave and neither's free memory is cut up by the
-  /// other's live blocks (two loops side by side held 1.2x what each held alone before;
-  /// docs/RESULTS.md, section 0). Of the rooms that fit (with the free mapped blocks on either
+  /// other's live blocks (docs/RESULTS.md, section 0, "Streams that each allocate"); another
+  /// stream's room only when no address space is left for a range. Of the rooms that fit (with the free mapped blocks on either
   /// side, of any stream or of `slot`), the one needing the fewest bytes mapped wins: so the free
   /// tail of a page next to a live block is used, not stranded.
   driver_status open_window(std::size_t bytes, std::uint32_t slot, window& w);
