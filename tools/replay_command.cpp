@@ -20,6 +20,7 @@
 #include "replay/trace_reader.hpp"
 #include "process/text_values.hpp"
 #include "tidepool/errors.hpp"
+#include "tidepool/sim.hpp"
 
 namespace tidepool::cli {
 
@@ -53,10 +54,10 @@ bool parse_whole_number(const std::string& text, double* out) {
 
 // --capacity's device size for one trace: a byte count (the library's units, "80G", "80GiB", with
 // a fraction allowed: "13.5GiB"), or a multiple of the trace's peak in use ("1.05x") rounded up to
-// the sim's 2 MiB granule; 0 when not given (an H200's size).
+// the sim's granule (sim_config's granularity); 0 when not given (an H200's size).
 std::size_t sim_capacity_for(const std::string& text, std::size_t trace_peak_live_bytes) {
   if (text.empty()) return 0;
-  constexpr std::size_t granule = std::size_t{2} << 20;
+  const std::size_t granule = sim_config{}.granularity;
   constexpr double most = static_cast<double>(std::size_t{1} << 50);
   double value = 0.0;
   if (text.back() == 'x' || text.back() == 'X') {
