@@ -140,7 +140,6 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
     return std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
   };
   block* room = nullptr;
-  std::size_t best_cost = 0;
   if (extension_room_ != nullptr) {  // take_placed() passed over a wasteful fit for this one
     auto it = rooms_.find(extension_room_);
     if (extension_slot_ == slot && it != rooms_.end() && cost(*it) != 0) room = *it;
@@ -150,14 +149,13 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   probe.address = 0;
   probe.size = round_up(bytes, g) > 2 * g ? round_up(bytes, g) - 2 * g : g;
   unsigned scanned = 0;
+  // The first room that serves, by size from two granules short of the request (the free blocks
+  // beside a room make up the rest). Choosing the one that maps the fewest bytes among them instead
+  // moved the smallest GPU a loop runs on both ways and nothing else (docs/RESULTS.md, section 0,
+  // "Near the device's capacity").
   for (auto it = rooms_.lower_bound(&probe); room == nullptr && it != rooms_.end() && scanned < max_room_scan;
        ++it, ++scanned) {
-    const std::size_t c = cost(*it);
-    if (c != 0 && (room == nullptr || c < best_cost)) {
-      room = *it;
-      best_cost = c;
-      if (c == room->size) break;  // fills its room exactly: nothing better to find
-    }
+    if (cost(*it) != 0) room = *it;
   }
   if (room == nullptr) {
     probe.size = round_up(bytes, g);

@@ -165,9 +165,11 @@ class arena {
   /// stream grows in address ranges of its own, as PyTorch's expandable segments give each stream a
   /// segment, so two streams' blocks never interleave and neither's free memory is cut up by the
   /// other's live blocks (docs/RESULTS.md, section 0, "Streams that each allocate"); another
-  /// stream's room only when no address space is left for a range. Of the rooms that fit (with the free mapped blocks on either
-  /// side, of any stream or of `slot`), the one needing the fewest bytes mapped wins: so the free
-  /// tail of a page next to a live block is used, not stranded.
+  /// stream's room only when no address space is left for a range. A room serves with the free
+  /// mapped blocks on either side of it (of any stream or of `slot`), so the free tail of a page
+  /// next to a live block is used, not stranded: the room take() chose for an extension, else the
+  /// first room that serves by size from two granules short of the request (up to
+  /// max_room_scan), else the smallest room the request fits alone.
   driver_status open_window(std::size_t bytes, std::uint32_t slot, window& w);
   /// Turns [room start, cursor) into a free mapped block (freed at `tick`), of the stream whose
   /// free blocks it joined or else of any stream, and returns the rest of the room.
