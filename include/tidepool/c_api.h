@@ -340,6 +340,11 @@ typedef void (*tidepool_event_fn)(const tidepool_memory_event_t* event, void* us
 TIDEPOOL_API tidepool_status tidepool_describe(int device, tidepool_memory_summary_t* summary,
                                                tidepool_block_fn on_block, tidepool_handle_fn on_handle,
                                                void* user_data);
+/** As tidepool_describe, for tag `tag`'s pool of `device` (tidepool_push_tag): all zero, no calls,
+ *  where the tag has no pool there or was never named (asking makes none). */
+TIDEPOOL_API tidepool_status tidepool_describe_tag(const char* tag, int device, tidepool_memory_summary_t* summary,
+                                                   tidepool_block_fn on_block, tidepool_handle_fn on_handle,
+                                                   void* user_data);
 /** Calls on_event for the latest events of `device` (oldest first; at most 100,000 per device)
  *  of the latest recording; none when nothing was recorded. */
 TIDEPOOL_API tidepool_status tidepool_recent_events(int device, tidepool_event_fn on_event, void* user_data);
@@ -478,6 +483,11 @@ TIDEPOOL_API tidepool_status tidepool_default_tag(char* buffer, size_t capacity,
 TIDEPOOL_API tidepool_status tidepool_current_tag(char* buffer, size_t capacity, size_t* length);
 /** The index of `tag` (made if new): tidepool_torch_alloc_tag<index> allocates from it. */
 TIDEPOOL_API tidepool_status tidepool_tag_id(const char* tag, int* id);
+/** *count: how many tags the process has named (their indexes are 0 to *count - 1). */
+TIDEPOOL_API tidepool_status tidepool_tag_count(int* count);
+/** The name of the tag with index `id`, as tidepool_recording_path returns text;
+ *  TIDEPOOL_INVALID_ARGUMENT when no tag has that index. */
+TIDEPOOL_API tidepool_status tidepool_tag_name(int id, char* buffer, size_t capacity, size_t* length);
 /** Puts `tag` to sleep on every device where it has memory: waits for the work queued on the
  *  streams its memory was used on, copies live memory to pinned host memory if asked, hands
  *  every physical handle back; addresses stay reserved. *bytes (may be NULL): bytes handed back.

@@ -1,7 +1,7 @@
 """Seeing memory from Python: tidepool.record() / stop_recording() and TIDEPOOL_RECORD (files the
 replay reads, a killed process's too), describe() and memory_summary() (what release() could
 return), summary()'s columns, and dump_snapshot() in the schema of torch.cuda.memory._snapshot(),
-fed to torch.cuda._memory_viz when torch is importable."""
+fed to torch.cuda._memory_viz when torch is importable, every tag's memory in it."""
 
 import gzip
 import os
@@ -165,6 +165,46 @@ def _snapshot(tmp_path):
     assert result.returncode == 0, result.stderr
     with open(path, "rb") as f:
         return pickle.load(f)
+
+
+def test_the_snapshot_and_describe_cover_every_tags_memory():
+    out = run_script(f"""
+        import json
+        import tidepool
+        plain = tidepool.allocate({2 * MiB})
+        with tidepool.region("weights"):
+            weights = tidepool.allocate({3 * MiB})
+        with tidepool.region("kv-cache"):
+            cache = tidepool.allocate({5 * MiB})
+        def live(segments):
+            return sorted(b["address"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated")
+        snap = tidepool.memory_snapshot()
+        by_pool = {{}}
+        for s in snap["segments"]:
+            by_pool.setdefault(str(s["segment_pool_id"]), []).extend(
+                b["address"] for b in s["blocks"] if b["state"] == "active_allocated")
+        tagged = tidepool.describe(0, tag="kv-cache")
+        print(json.dumps({{
+            "tags": tidepool.tags(),
+            "all": live(snap["segments"]), "expected_all": sorted([plain, weights, cache]),
+            "by_pool": by_pool, "plain": plain, "weights": weights, "cache": cache,
+            "weights_id": tidepool.tag_pool_id("weights"),
+            "only_weights": live(tidepool.memory_snapshot(tidepool.tag_pool_id("weights"))["segments"]),
+            "only_untagged": live(tidepool.memory_snapshot((0, 0))["segments"]),
+            "tagged_live": [b["address"] for b in tagged["blocks"] if b["state"] == "live"],
+            "tagged_in_use": tagged["in_use_bytes"], "tag_stats_in_use": tidepool.tag_stats("kv-cache").in_use_bytes,
+            "never": tidepool.describe(0, tag="never-used")["held_bytes"], "tags_after": tidepool.tags(),
+        }}))
+    """)
+    import json
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["tags"] == ["weights", "kv-cache"] == r["tags_after"], r
+    assert r["all"] == r["expected_all"], r
+    assert r["by_pool"] == {"(0, 0)": [r["plain"]], "(0, 1)": [r["weights"]], "(0, 2)": [r["cache"]]}, r
+    assert r["weights_id"] == [0, 1], r
+    assert r["only_weights"] == [r["weights"]] and r["only_untagged"] == [r["plain"]], r
+    assert r["tagged_live"] == [r["cache"]] and r["tagged_in_use"] == r["tag_stats_in_use"] == 5 * MiB, r
+    assert r["never"] == 0, r
 
 
 def test_dump_snapshot_has_pytorchs_schema(tmp_path):

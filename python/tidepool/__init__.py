@@ -21,13 +21,13 @@ from ._ipc import ImportedMemory, MemoryShare, imported_bytes, kept_for_other_pr
 from ._library import load as _load
 from ._library import path as library_path
 from ._memory import (describe, dump_snapshot, memory_snapshot, recent_events, record, recording_path,
-                      stop_recording)
+                      stop_recording, tag_pool_id)
 from ._options import byte_cap, get_pool_options, set_byte_cap, set_pool_options
 from ._release import release_cached_memory
 from ._sharing import get_sharing_options, set_sharing_options
 from ._stats import (MemorySummary, Stats, available_bytes, memory_summary, reset_peak_stats, stats,
                      summary)
-from ._tags import current_tag, is_asleep, region, sleep, tag_stats, wake
+from ._tags import current_tag, is_asleep, region, sleep, tag_stats, tags, wake
 
 __all__ = [
     "ANY_DEVICE", "AsleepError", "GraphPool", "ImportedMemory", "InvalidArgumentError", "LibraryNotFoundError",
@@ -42,7 +42,7 @@ __all__ = [
     "set_byte_cap", "set_current_stream", "set_pool_options", "set_sharing_options", "share_memory", "stats",
     "stop_recording", "summary",
     "version",
-    "current_tag", "is_asleep", "region", "sleep", "tag_stats", "wake",
+    "current_tag", "is_asleep", "region", "sleep", "tag_pool_id", "tag_stats", "tags", "wake",
 ]
 
 

@@ -5,7 +5,9 @@ dump_snapshot(path) in the schema of torch.cuda.memory._snapshot(), so that PyTo
 A snapshot's segments are the runs of mapped memory of each reserved range (as PyTorch shows an
 expandable segment: `is_expandable` True), each with its blocks in address order: live blocks are
 `active_allocated`, blocks whose free waits for another stream's work `active_pending_free`, cached
-blocks `inactive`. Unmapped address space is no segment. `device_traces` holds, per device, the
+blocks `inactive`. Unmapped address space is no segment. Every pool is in it: the device's own (segment_pool_id
+(0, 0)) and each tag's (tidepool.region; segment_pool_id (0, tag index + 1), the id of
+tidepool.torch.mem_pool(tag) under tidepool.torch.use()). `device_traces` holds, per device, the
 latest events of the recording (`record()`, TIDEPOOL_RECORD; at most 100,000 per device) as
 PyTorch's trace entries: alloc, free_requested and free_completed (tidepool makes a block
 reusable on its stream at the free), oom, segment_map and segment_unmap; empty when nothing was
@@ -17,7 +19,7 @@ import os
 import pickle
 import time
 
-from . import _arguments, _library
+from . import _arguments, _library, _tags
 
 _STATES = {0: "active_allocated", 1: "inactive", 2: "active_pending_free", 3: "unmapped"}
 _ACTIONS = {0: "alloc", 1: "free", 2: "oom", 3: "segment_map", 4: "segment_unmap"}
@@ -53,12 +55,15 @@ def recording_path():
     return buffer.value.decode()
 
 
-def describe(device=0):
-    """What `device`'s pool holds now: a dict with held_bytes, in_use_bytes, cached_bytes,
-    largest_free_block, releasable_bytes (what release() could hand back now), `blocks` (dicts:
-    address, size, requested, state - live, free, pending or unmapped -, stream, range, small,
-    persistent) and `handles` ((address, size) of each mapped physical handle)."""
+def describe(device=0, tag=None):
+    """What `device`'s pool holds now (with `tag`, that tag's pool: all zero where the tag has
+    none there): a dict with held_bytes, in_use_bytes, cached_bytes, largest_free_block,
+    releasable_bytes (what release() could hand back now), `blocks` (dicts: address, size,
+    requested, state - live, free, pending or unmapped -, stream, range, small, persistent) and
+    `handles` ((address, size) of each mapped physical handle)."""
     device = _arguments.device("describe", device)
+    if tag is not None and not isinstance(tag, str):
+        raise TypeError(f"a tag is a str, not {type(tag).__name__}")
     lib = _library.load()
     summary = _library.CMemorySummary()
     summary.struct_size = ctypes.sizeof(summary)
@@ -76,7 +81,11 @@ def describe(device=0):
 
     block_fn = _library.BLOCK_FN(on_block)
     handle_fn = _library.HANDLE_FN(on_handle)
-    _library.check(lib.tidepool_describe(device, ctypes.byref(summary), block_fn, handle_fn, None))
+    if tag is None:
+        _library.check(lib.tidepool_describe(device, ctypes.byref(summary), block_fn, handle_fn, None))
+    else:
+        _library.check(lib.tidepool_describe_tag(tag.encode(), device, ctypes.byref(summary), block_fn,
+                                                 handle_fn, None))
     result = {name: getattr(summary, name) for name, _ in summary._fields_
               if name not in ("struct_size", "blocks", "handles")}
     result["blocks"] = blocks
@@ -101,8 +110,8 @@ def recent_events(device=0):
     return events
 
 
-def _segments(device, blocks):
-    """Runs of contiguous mapped blocks of one range, as PyTorch segments."""
+def _segments(device, blocks, pool_id=(0, 0)):
+    """Runs of contiguous mapped blocks of one range, as PyTorch segments of pool `pool_id`."""
     segments = []
     current = None
     for b in blocks:
@@ -112,7 +121,7 @@ def _segments(device, blocks):
         if current is None or current["_range"] != b["range"] or current["_end"] != b["address"]:
             current = {"device": device, "address": b["address"], "total_size": 0, "allocated_size": 0,
                        "active_size": 0, "requested_size": 0, "stream": 0,
-                       "segment_type": "small" if b["small"] else "large", "segment_pool_id": (0, 0),
+                       "segment_type": "small" if b["small"] else "large", "segment_pool_id": pool_id,
                        "is_expandable": True, "frames": [], "blocks": [], "_range": b["range"],
                        "_end": b["address"], "_streams": set()}
             segments.append(current)
@@ -154,9 +163,17 @@ def _trace(events, epoch_offset_us):
     return entries
 
 
-def memory_snapshot():
-    """tidepool's memory in the schema of torch.cuda.memory._snapshot(): `segments`,
+def tag_pool_id(tag):
+    """The segment_pool_id of tag `tag`'s segments in memory_snapshot(): (0, its index + 1)."""
+    return (0, _tags.tag_id(tag) + 1)
+
+
+def memory_snapshot(pool_id=None):
+    """tidepool's memory in the schema of torch.cuda.memory._snapshot(): `segments` (every pool's;
+    with `pool_id`, a segment_pool_id such as tag_pool_id(tag), that pool's alone),
     `device_traces` (one list per device) and `allocator_settings`."""
+    if pool_id is not None:
+        pool_id = tuple(pool_id)
     lib = _library.load()
     count = ctypes.c_int(0)
     _library.check(lib.tidepool_device_count(ctypes.byref(count)))
@@ -164,7 +181,11 @@ def memory_snapshot():
     epoch_offset_us = (time.time_ns() - time.monotonic_ns()) // 1000
     segments, traces = [], []
     for device in range(count.value):
-        segments.extend(_segments(device, describe(device)["blocks"]))
+        if pool_id in (None, (0, 0)):
+            segments.extend(_segments(device, describe(device)["blocks"]))
+        for index, tag in enumerate(_tags.tags()):
+            if pool_id in (None, (0, index + 1)):
+                segments.extend(_segments(device, describe(device, tag)["blocks"], (0, index + 1)))
         traces.append(_trace(recent_events(device), epoch_offset_us))
     return {"segments": segments, "device_traces": traces,
             "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "expandable_segments": True,

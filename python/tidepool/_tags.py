@@ -107,6 +107,21 @@ def tag_id(tag):
     return index.value
 
 
+def tags():
+    """The names of the tags this process has named, in order of first use (the order of
+    tag_id())."""
+    lib = _library.load()
+    count = ctypes.c_int(0)
+    _library.check(lib.tidepool_tag_count(ctypes.byref(count)))
+    names = []
+    length = ctypes.c_size_t(0)
+    buffer = ctypes.create_string_buffer(80)  # a tag is at most 64 characters
+    for index in range(count.value):
+        _library.check(lib.tidepool_tag_name(index, buffer, len(buffer), ctypes.byref(length)))
+        names.append(buffer.value.decode())
+    return names
+
+
 def tag_stats(tag, device=0):
     """The figures of tag `tag`'s pool on `device` (all zero where it has none); asleep_bytes is
     what wake() will map again."""

@@ -10,7 +10,9 @@ tidepool's recording (to os.devnull where the program records nothing itself: on
 the latest events per device is wanted), turning it off (enabled=None or False) stops a recording
 it started and no other, and a snapshot is tidepool.memory_snapshot() (segments and blocks as
 PyTorch's expandable segments, the ring's events as device_traces; frames empty, since tidepool
-keeps no stack traces; the ring holds 100,000 events per device whatever max_entries says).
+keeps no stack traces; the ring holds 100,000 events per device whatever max_entries says), every
+tag's memory included; memory_snapshot(mempool_id) gives one pool's segments, such as those of
+tidepool.torch.mem_pool(tag).id.
 """
 
 import os
@@ -37,8 +39,8 @@ def answer_memory_history(torch):
     def snapshot(*args, **kwargs):
         return _memory.memory_snapshot()
 
-    def memory_snapshot(*args, **kwargs):
-        return _memory.memory_snapshot()["segments"]
+    def memory_snapshot(mempool_id=None, *args, **kwargs):
+        return _memory.memory_snapshot(mempool_id)["segments"]
 
     for name, replacement in (("_record_memory_history", record_memory_history),
                               ("_snapshot", snapshot), ("memory_snapshot", memory_snapshot)):

@@ -81,6 +81,28 @@ tidepool_status tidepool_tag_id(const char* tag, int* id) {
   });
 }
 
+tidepool_status tidepool_tag_count(int* count) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (count == nullptr) throw_null_argument("tidepool_tag_count", "count");
+    int n = 0;
+    while (tag_at(static_cast<std::size_t>(n)) != nullptr) ++n;
+    *count = n;
+  });
+}
+
+tidepool_status tidepool_tag_name(int id, char* buffer, size_t capacity, size_t* length) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    const tag_entry* t = id >= 0 ? tag_at(static_cast<std::size_t>(id)) : nullptr;
+    if (t == nullptr) {
+      throw tidepool::error(tidepool::error_code::invalid_argument,
+                            fmt::format("tidepool_tag_name: no tag has index {}", id));
+    }
+    copy_text("tidepool_tag_name", t->name, buffer, capacity, length);
+  });
+}
+
 tidepool_status tidepool_sleep(const char* tag, tidepool_sleep_keep keep, size_t* bytes) {
   using namespace tidepool::detail;
   return guarded([&] {

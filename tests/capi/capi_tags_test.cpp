@@ -1,8 +1,10 @@
 // Tags, sleep and wake through the C API (issue 13): a tag's memory comes from pools of its own
 // and is never another tag's, frees find the owning pool by address, sleep and wake act on one tag
-// only, bad use gets a clear status, and the PyTorch entry points honour the tag.
+// only, bad use gets a clear status, the PyTorch entry points honour the tag, and a tag's pools
+// can be listed and described.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -239,6 +241,79 @@ TEST_F(CApiTagsSim, WakeAsksTheOtherCachesBeforeFailing) {
   ASSERT_EQ(tidepool_deallocate(live, 0, nullptr), TIDEPOOL_SUCCESS);
   ASSERT_EQ(tidepool_wake("weights"), TIDEPOOL_SUCCESS) << last_error();
   EXPECT_EQ(tidepool_deallocate(w, 0, nullptr), TIDEPOOL_SUCCESS);
+}
+
+// Every block a describe callback saw: (address, size, state).
+struct seen_blocks {
+  std::vector<tidepool_block_info_t> blocks;
+  static void on_block(const tidepool_block_info_t* b, void* user) {
+    static_cast<seen_blocks*>(user)->blocks.push_back(*b);
+  }
+  [[nodiscard]] bool has_live(const void* p) const {
+    for (const auto& b : blocks) {
+      if (b.address == reinterpret_cast<std::uintptr_t>(p) && b.state == 0) return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(CApiTagsSim, TagsAreListedAndEachTagsPoolIsDescribed) {
+  host_backed();
+  int count = -1;
+  ASSERT_EQ(tidepool_tag_count(&count), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(count, 0);
+  void* weights = allocate_in("weights", 3 * MiB);
+  void* cache = allocate_in("kv-cache", 5 * MiB);
+  void* plain = allocate_in(nullptr, 2 * MiB);
+  ASSERT_EQ(tidepool_tag_count(&count), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(count, 2);
+  char name[80];
+  size_t length = 0;
+  ASSERT_EQ(tidepool_tag_name(0, name, sizeof name, &length), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(std::string(name), "weights");
+  EXPECT_EQ(length, 7u);
+  ASSERT_EQ(tidepool_tag_name(1, name, sizeof name, &length), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(std::string(name), "kv-cache");
+
+  // Each pool describes its own blocks: the tag's, not the untagged pool's, and the other way.
+  seen_blocks tagged;
+  tidepool_memory_summary_t summary{};
+  summary.struct_size = sizeof(summary);
+  ASSERT_EQ(tidepool_describe_tag("kv-cache", 0, &summary, &seen_blocks::on_block, nullptr, &tagged),
+            TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_TRUE(tagged.has_live(cache));
+  EXPECT_FALSE(tagged.has_live(weights));
+  EXPECT_FALSE(tagged.has_live(plain));
+  EXPECT_EQ(summary.in_use_bytes, tag_stats("kv-cache").in_use_bytes);
+  EXPECT_EQ(summary.held_bytes, tag_stats("kv-cache").mapped_bytes);
+  seen_blocks untagged;
+  ASSERT_EQ(tidepool_describe(0, nullptr, &seen_blocks::on_block, nullptr, &untagged), TIDEPOOL_SUCCESS);
+  EXPECT_TRUE(untagged.has_live(plain));
+  EXPECT_FALSE(untagged.has_live(cache));
+
+  // A tag never named, or with no pool on the device, holds nothing there; asking makes no tag.
+  summary.held_bytes = 99;
+  seen_blocks none;
+  ASSERT_EQ(tidepool_describe_tag("never-used", 0, &summary, &seen_blocks::on_block, nullptr, &none),
+            TIDEPOOL_SUCCESS);
+  EXPECT_EQ(summary.held_bytes, 0u);
+  EXPECT_TRUE(none.blocks.empty());
+  ASSERT_EQ(tidepool_tag_count(&count), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(count, 2);
+
+  // Bad use gets a clear status.
+  EXPECT_EQ(tidepool_tag_name(2, name, sizeof name, &length), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("no tag has index 2"), std::string::npos) << last_error();
+  EXPECT_EQ(tidepool_tag_name(-1, name, sizeof name, &length), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_tag_name(0, name, sizeof name, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_tag_count(nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_describe_tag(nullptr, 0, nullptr, nullptr, nullptr, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_EQ(tidepool_describe_tag("weights", 7, nullptr, nullptr, nullptr, nullptr), TIDEPOOL_INVALID_DEVICE);
+  tidepool_memory_summary_t unsized{};
+  EXPECT_EQ(tidepool_describe_tag("weights", 0, &unsized, nullptr, nullptr, nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tidepool_describe_tag"), std::string::npos) << last_error();
+
+  for (void* p : {weights, cache, plain}) EXPECT_EQ(tidepool_deallocate(p, 0, nullptr), TIDEPOOL_SUCCESS);
 }
 
 }  // namespace
