@@ -40,6 +40,13 @@ section 0, "Workloads it was not tuned on"):
   unet    a diffusion model's U-Net at a resolution drawn each step, the batch fitted to a pixel
           budget: skip activations kept down the encoder until the decoder takes them, attention
           scores at the low resolutions.
+  eval    a transformer trained with its activations kept for the backward pass (attention scores
+          included), the sequence length new each step, and every tenth step an evaluation of
+          eight batches four times the training batch under no_grad (each layer's work freed as
+          the next is made): two working sets of different shapes taking turns in one process.
+  curriculum  the same training loop with a curriculum: the longest sequence allowed grows from
+          128 tokens to 4096 over the run (the batch fitted to a token budget), so the shapes of
+          every step are new and the attention scores grow step after step.
   amr     a GPU science code (CuPy style): a solver's fields and temporaries on a grid that adaptive
           mesh refinement regrids now and then (larger or smaller), with small reductions.
 
@@ -213,6 +220,97 @@ def ckpt(seed, steps=24):
                 grad_x = grad_in
             trace.free(grad_x)
             trace.free(kept.pop())
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+    return trace
+
+
+def transformer(r):
+    """A decoder-only transformer drawn from `r`: width, depth, vocabulary and token budget."""
+    return {"d": r.choice([768, 1024, 1536]), "layers": r.choice([8, 12]), "heads": 16,
+            "vocab": r.choice([32000, 50304]), "budget": r.choice([8192, 16384])}
+
+
+def transformer_weights(trace, m):
+    """The tied embedding and each layer's weights (fp32)."""
+    d = m["d"]
+    shapes = [d * 3 * d, d * d, d * 4 * d, 4 * d * d]  # qkv, projection, MLP in, MLP out
+    return [trace.alloc(m["vocab"] * d * 4)] + [trace.alloc(n * 4) for _ in range(m["layers"]) for n in shapes]
+
+
+def transformer_pass(trace, m, tokens, length, train):
+    """One forward pass of `tokens` tokens in sequences of `length` under bf16 autocast. Training
+    keeps each layer's qkv, attention scores, attention output, MLP activation and output for the
+    backward pass, which frees them from the last layer down, and returns the weight gradients it
+    made; evaluation (no_grad) frees each layer's work as soon as the next layer's input exists."""
+    d, vocab = m["d"], m["vocab"]
+    batch = tokens // length
+    kept = [trace.alloc(tokens * d * 2)]
+    for _ in range(m["layers"]):
+        work = [trace.alloc(tokens * 3 * d * 2), trace.alloc(batch * m["heads"] * length * length * 2),
+                trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2)]
+        out = trace.alloc(tokens * d * 2)
+        if train:
+            kept += work + [out]
+        else:
+            for pointer in work:
+                trace.free(pointer)
+            trace.free(kept.pop())
+            kept.append(out)
+    logits = trace.alloc(tokens * vocab * 2)
+    logits32 = trace.alloc(tokens * vocab * 4)
+    trace.free(logits)
+    if not train:
+        trace.free(logits32)
+        trace.free(kept.pop())
+        return []
+    grad_logits = trace.alloc(tokens * vocab * 4)
+    trace.free(logits32)
+    grad_x = trace.alloc(tokens * d * 2)
+    trace.free(grad_logits)
+    gradients = [trace.alloc(vocab * d * 4)]
+    per_layer = [d * 3 * d, d * d, d * 4 * d, 4 * d * d]
+    while len(kept) > 1:
+        for n in reversed(per_layer):
+            gradients.append(trace.alloc(n * 4))
+        temporary = trace.alloc(tokens * 4 * d * 2)
+        trace.free(temporary)
+        for _ in range(5):  # the layer's saved tensors
+            trace.free(kept.pop())
+        grad_in = trace.alloc(tokens * d * 2)
+        trace.free(grad_x)
+        grad_x = grad_in
+    trace.free(grad_x)
+    trace.free(kept.pop())
+    return gradients
+
+
+def evaluate(seed, steps=60):
+    r = random.Random(seed)
+    m = transformer(r)
+    trace = Trace()
+    weights = transformer_weights(trace, m)
+    optimizer_state = []
+    for step in range(steps):
+        length = r.randrange(256, 2048 + 1, 64)
+        gradients = transformer_pass(trace, m, max(1, m["budget"] // length) * length, length, True)
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+        if step % 10 == 9:
+            for _ in range(8):
+                length = r.randrange(256, 2048 + 1, 64)
+                transformer_pass(trace, m, max(1, 4 * m["budget"] // length) * length, length, False)
+    return trace
+
+
+def curriculum(seed, steps=80):
+    r = random.Random(seed)
+    m = transformer(r)
+    trace = Trace()
+    weights = transformer_weights(trace, m)
+    optimizer_state = []
+    for step in range(steps):
+        longest = 128 + (4096 - 128) * (step + 1) // steps
+        length = r.randrange(64, longest + 1, 64) if longest >= 64 else 64
+        gradients = transformer_pass(trace, m, max(1, m["budget"] // length) * length, length, True)
         optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
     return trace
 
@@ -473,7 +571,8 @@ def amr(seed, iterations=3000):
 
 
 FAMILIES = (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl), ("ddp", ddp),
-            ("fsdp", fsdp), ("pair", pair), ("gnn", gnn), ("unet", unet), ("amr", amr))
+            ("fsdp", fsdp), ("pair", pair), ("gnn", gnn), ("unet", unet), ("amr", amr), ("eval", evaluate),
+            ("curriculum", curriculum))
 
 
 def main(argv):
