@@ -19,7 +19,12 @@
 //      (bench/analysis/best_fit_models.py's `alias` model asks this of the driver);
 //  11. handles made exportable as POSIX file descriptors (what memory shared with another process
 //      needs): do the calls cost more than for plain handles, and what an export and an import
-//      of one cost (the import here is this process's own, which maps the same bytes).
+//      of one cost (the import here is this process's own, which maps the same bytes);
+//  12. part of a handle: does cuMemMap take a non-zero offset into a handle, or a size smaller
+//      than the handle, and does cuMemUnmap take part of a mapping? (The pool could then give the
+//      free granules of a handle that a live block pins to a request near the device's capacity,
+//      docs/RESULTS.md, section 0, "Near the device's capacity"; CUDA 13's header says the offset
+//      must be zero today.)
 // Prints tables; exits 0 with a note where no GPU is present. Arguments, if any, are the numbers of
 // the sections to run (`tidepool_vmm_calls_bench 10`); none runs every section.
 #include <unistd.h>
@@ -660,8 +665,78 @@ void exportable_handles() {
               summarize(export_us).median, summarize(import_us).median, same_bytes ? "same bytes" : "DIFFERENT");
 }
 
+// Whether the driver takes part of a handle: a 24 MiB handle mapped whole, then its middle 8 MiB
+// at a second address (non-zero offset), its first 8 MiB alone (a size short of the handle), and
+// the whole mapping's last 8 MiB unmapped alone. Each result is the driver's own code; where a
+// call succeeds, the bytes seen through it are checked against the whole mapping's.
+void part_of_a_handle() {
+  std::printf("## 12. Part of a handle: cuMemMap at a non-zero offset or short of the handle, cuMemUnmap of part\n\n");
+  const CUmemAllocationProp prop = pinned_on(0);
+  const CUmemAccessDesc access = read_write_on(0);
+  const std::size_t size = 24 * MiB;
+  const std::size_t part = 8 * MiB;
+  CUdeviceptr whole = 0;
+  CUdeviceptr second = 0;
+  check(cu().cuMemAddressReserve(&whole, size, 2 * MiB, 0, 0), "cuMemAddressReserve");
+  check(cu().cuMemAddressReserve(&second, size, 2 * MiB, 0, 0), "cuMemAddressReserve");
+  CUmemGenericAllocationHandle h = 0;
+  check(cu().cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+  check(cu().cuMemMap(whole, size, 0, h, 0), "cuMemMap");
+  check(cu().cuMemSetAccess(whole, size, &access, 1), "cuMemSetAccess");
+  check(cu().cuMemsetD8(whole, 0x11, part), "cuMemsetD8");
+  check(cu().cuMemsetD8(whole + part, 0x22, part), "cuMemsetD8");
+  check(cu().cuMemsetD8(whole + 2 * part, 0x33, part), "cuMemsetD8");
+  check(cu().cuCtxSynchronize(), "sync");
+  auto name = [](CUresult r) {
+    const char* text = nullptr;
+    return cu().cuGetErrorName(r, &text) == CUDA_SUCCESS && text != nullptr ? std::string(text)
+                                                                             : std::to_string(static_cast<int>(r));
+  };
+  // A mapping that the driver took: are its bytes the handle's, at that offset?
+  auto bytes_through = [&](CUdeviceptr at, std::size_t bytes, std::uint8_t expected) -> std::string {
+    if (cu().cuMemSetAccess(at, bytes, &access, 1) != CUDA_SUCCESS) return "set access refused";
+    return tidepool::gpu_test::first_mismatch(at, bytes, expected) < 0 ? "the handle's bytes at that offset"
+                                                                       : "OTHER bytes";
+  };
+  const CUresult offset_map = cu().cuMemMap(second, part, part, h, 0);
+  std::string offset_bytes = "-";
+  if (offset_map == CUDA_SUCCESS) {
+    offset_bytes = bytes_through(second, part, 0x22);
+    check(cu().cuMemUnmap(second, part), "cuMemUnmap");
+  }
+  const CUresult short_map = cu().cuMemMap(second, part, 0, h, 0);
+  std::string short_bytes = "-";
+  if (short_map == CUDA_SUCCESS) {
+    short_bytes = bytes_through(second, part, 0x11);
+    check(cu().cuMemUnmap(second, part), "cuMemUnmap");
+  }
+  const CUresult part_unmap = cu().cuMemUnmap(whole + 2 * part, part);
+  std::string rest = "-";
+  if (part_unmap == CUDA_SUCCESS) {
+    rest = tidepool::gpu_test::first_mismatch(whole, part, 0x11) < 0 ? "the rest still reads its bytes"
+                                                                     : "the rest reads OTHER bytes";
+  }
+  (void)cu().cuCtxSynchronize();
+  std::printf("| call | driver's answer | bytes |\n|---|---|---|\n");
+  std::printf("| cuMemMap of 8 MiB at offset 8 MiB of a 24 MiB handle | %s | %s |\n", name(offset_map).c_str(),
+              offset_bytes.c_str());
+  std::printf("| cuMemMap of the first 8 MiB of a 24 MiB handle (offset 0) | %s | %s |\n", name(short_map).c_str(),
+              short_bytes.c_str());
+  std::printf("| cuMemUnmap of the last 8 MiB of a 24 MiB mapping | %s | %s |\n\n", name(part_unmap).c_str(),
+              rest.c_str());
+  // Whatever stayed mapped goes: the whole mapping if its part could not be unmapped, else the rest.
+  if (part_unmap == CUDA_SUCCESS) {
+    (void)cu().cuMemUnmap(whole, 2 * part);
+  } else {
+    check(cu().cuMemUnmap(whole, size), "cuMemUnmap");
+  }
+  check(cu().cuMemRelease(h), "cuMemRelease");
+  check(cu().cuMemAddressFree(second, size), "cuMemAddressFree");
+  check(cu().cuMemAddressFree(whole, size), "cuMemAddressFree");
+}
+
 int main(int argc, char** argv) {
-  const tidepool::gpu_test::section_choice sections(argc, argv, 11);
+  const tidepool::gpu_test::section_choice sections(argc, argv, 12);
   if (tidepool::gpu_test::say_if_no_gpu()) return 0;
   try {
     auto drv = tidepool::make_cuda_driver();
@@ -704,6 +779,7 @@ int main(int argc, char** argv) {
     if (sections.wanted(9)) calls_beside_a_helper_thread();
     if (sections.wanted(10)) aliases();
     if (sections.wanted(11)) exportable_handles();
+    if (sections.wanted(12)) part_of_a_handle();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vmm_calls_bench failed: %s\n", e.what());
     return 1;
