@@ -184,6 +184,13 @@ def test_the_snapshot_and_describe_cover_every_tags_memory():
             by_pool.setdefault(str(s["segment_pool_id"]), []).extend(
                 b["address"] for b in s["blocks"] if b["state"] == "active_allocated")
         tagged = tidepool.describe(0, tag="kv-cache")
+        def refusals():
+            for call in (lambda: tidepool.memory_snapshot("kv-cache"), lambda: tidepool.memory_snapshot((0,)),
+                         lambda: tidepool.memory_snapshot((0, 1.0)), lambda: tidepool.describe(0, tag=3)):
+                try:
+                    call()
+                except Exception as e:
+                    yield e
         print(json.dumps({{
             "tags": tidepool.tags(),
             "all": live(snap["segments"]), "expected_all": sorted([plain, weights, cache]),
@@ -194,6 +201,7 @@ def test_the_snapshot_and_describe_cover_every_tags_memory():
             "tagged_live": [b["address"] for b in tagged["blocks"] if b["state"] == "live"],
             "tagged_in_use": tagged["in_use_bytes"], "tag_stats_in_use": tidepool.tag_stats("kv-cache").in_use_bytes,
             "never": tidepool.describe(0, tag="never-used")["held_bytes"], "tags_after": tidepool.tags(),
+            "refused": [type(e).__name__ for e in refusals()],
         }}))
     """)
     import json
@@ -205,6 +213,7 @@ def test_the_snapshot_and_describe_cover_every_tags_memory():
     assert r["only_weights"] == [r["weights"]] and r["only_untagged"] == [r["plain"]], r
     assert r["tagged_live"] == [r["cache"]] and r["tagged_in_use"] == r["tag_stats_in_use"] == 5 * MiB, r
     assert r["never"] == 0, r
+    assert r["refused"] == ["TypeError"] * 4, r
 
 
 def test_dump_snapshot_has_pytorchs_schema(tmp_path):

@@ -173,6 +173,9 @@ def memory_snapshot(pool_id=None):
     with `pool_id`, a segment_pool_id such as tag_pool_id(tag), that pool's alone),
     `device_traces` (one list per device) and `allocator_settings`."""
     if pool_id is not None:
+        if (not isinstance(pool_id, (tuple, list)) or len(pool_id) != 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) for n in pool_id)):
+            raise TypeError(f"pool_id is a pair of ints such as tidepool.tag_pool_id(tag), not {pool_id!r}")
         pool_id = tuple(pool_id)
     lib = _library.load()
     count = ctypes.c_int(0)
