@@ -50,6 +50,8 @@ def test_the_mem_pool_route_to_a_tag_runs_unchanged_after_use():
     assert r["tag_in_use"] >= 64 * MiB and r["untagged_in_use"] < 64 * MiB, r
     assert r["slept"] >= 64 * MiB and r["nvml_drop"] >= 64 * MiB - NVML_SLACK, r
     assert r["contents_back"] and r["outside_intact"] == MiB, r
+    assert r["counts"] == [2, 1] and r["pool_id"][0] == 0 and r["pool_id"][1] >= 1, r
+    assert r["pool_live_is_cache"] and r["torch_pool_live_is_cache"] and r["all_has_both"], r
 
 
 def test_a_tensor_shared_with_another_process_stays_awake_through_sleep_until_it_lets_go():
