@@ -230,11 +230,15 @@ def transformer(r):
             "vocab": r.choice([32000, 50304]), "budget": r.choice([8192, 16384])}
 
 
+def layer_weights(d):
+    """The element counts of a layer's weights: qkv, projection, MLP in, MLP out."""
+    return [d * 3 * d, d * d, d * 4 * d, 4 * d * d]
+
+
 def transformer_weights(trace, m):
     """The tied embedding and each layer's weights (fp32)."""
-    d = m["d"]
-    shapes = [d * 3 * d, d * d, d * 4 * d, 4 * d * d]  # qkv, projection, MLP in, MLP out
-    return [trace.alloc(m["vocab"] * d * 4)] + [trace.alloc(n * 4) for _ in range(m["layers"]) for n in shapes]
+    return [trace.alloc(m["vocab"] * m["d"] * 4)] + [trace.alloc(n * 4) for _ in range(m["layers"])
+                                                     for n in layer_weights(m["d"])]
 
 
 def transformer_pass(trace, m, tokens, length, train):
@@ -268,9 +272,8 @@ def transformer_pass(trace, m, tokens, length, train):
     grad_x = trace.alloc(tokens * d * 2)
     trace.free(grad_logits)
     gradients = [trace.alloc(vocab * d * 4)]
-    per_layer = [d * 3 * d, d * d, d * 4 * d, 4 * d * d]
     while len(kept) > 1:
-        for n in reversed(per_layer):
+        for n in reversed(layer_weights(d)):
             gradients.append(trace.alloc(n * 4))
         temporary = trace.alloc(tokens * 4 * d * 2)
         trace.free(temporary)
@@ -284,35 +287,39 @@ def transformer_pass(trace, m, tokens, length, train):
     return gradients
 
 
-def evaluate(seed, steps=60):
+def transformer_training(seed, steps, sequence_length, after_step=None):
+    """A transformer (transformer()) trained for `steps` steps with AdamW, each step's sequences
+    sequence_length(r, step) tokens long and the batch fitted to the token budget; after_step(trace,
+    r, m, step), if given, runs after each optimizer step."""
     r = random.Random(seed)
     m = transformer(r)
     trace = Trace()
     weights = transformer_weights(trace, m)
     optimizer_state = []
     for step in range(steps):
-        length = r.randrange(256, 2048 + 1, 64)
+        length = sequence_length(r, step)
         gradients = transformer_pass(trace, m, max(1, m["budget"] // length) * length, length, True)
         optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+        if after_step is not None:
+            after_step(trace, r, m, step)
+    return trace
+
+
+def evaluate(seed, steps=60):
+    def evaluation(trace, r, m, step):  # every tenth step, eight batches four times as large
         if step % 10 == 9:
             for _ in range(8):
                 length = r.randrange(256, 2048 + 1, 64)
                 transformer_pass(trace, m, max(1, 4 * m["budget"] // length) * length, length, False)
-    return trace
+
+    return transformer_training(seed, steps, lambda r, step: r.randrange(256, 2048 + 1, 64), evaluation)
 
 
 def curriculum(seed, steps=80):
-    r = random.Random(seed)
-    m = transformer(r)
-    trace = Trace()
-    weights = transformer_weights(trace, m)
-    optimizer_state = []
-    for step in range(steps):
-        longest = 128 + (4096 - 128) * (step + 1) // steps
-        length = r.randrange(64, longest + 1, 64) if longest >= 64 else 64
-        gradients = transformer_pass(trace, m, max(1, m["budget"] // length) * length, length, True)
-        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
-    return trace
+    def sequence_length(r, step):  # the longest allowed grows from 128 to 4096 tokens over the run
+        return r.randrange(64, 128 + (4096 - 128) * (step + 1) // steps + 1, 64)
+
+    return transformer_training(seed, steps, sequence_length)
 
 
 def rl(seed, steps=20):
