@@ -133,6 +133,7 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
         ++r.operations;
         if (!address) {
           ++r.failures;
+          if (!r.first_failure) r.first_failure = failure_point{pass + 1, i + 1, e.size, live_bytes, held_now()};
           failed.insert(e.pointer);
         } else {
           live.emplace(e.pointer, live_allocation{*address, e.size, stream});

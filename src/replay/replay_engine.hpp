@@ -58,6 +58,16 @@ struct replay_sample {
   double driver_us = 0;           ///< their time, cumulative
 };
 
+/// Where an allocation first failed in a replay: what was asked for and what the allocator held
+/// then, so a failure on a smaller GPU (`replay --capacity`) says how much was held and not live.
+struct failure_point {
+  unsigned pass = 0;           ///< 1-based
+  std::uint64_t row = 0;       ///< 1-based row of the trace (its events in order)
+  std::size_t bytes = 0;       ///< asked for
+  std::size_t live_bytes = 0;  ///< live when it was asked for
+  std::size_t held_bytes = 0;  ///< held then, after the allocator's own attempt to make room
+};
+
 /// What one replay measured.
 struct replay_result {
   std::string trace;
@@ -66,6 +76,7 @@ struct replay_result {
   std::size_t device_capacity_bytes = 0;  ///< the device's total memory as its driver reports it
   std::uint64_t operations = 0;          ///< allocate and free calls made
   std::uint64_t failures = 0;            ///< allocations the allocator could not satisfy
+  std::optional<failure_point> first_failure;  ///< the first of them; nullopt when none failed
   std::uint64_t recorded_failures = 0;   ///< `allocate failure` rows of the trace (skipped)
   std::size_t peak_live_bytes = 0;       ///< most bytes live at once, as requested
   std::size_t live_end_bytes = 0;        ///< bytes still live at the end (left allocated)

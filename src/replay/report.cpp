@@ -85,6 +85,14 @@ std::string format_table(const trace_summary& s, const std::vector<replay_result
                        format_bytes(r.cached_end_bytes.value_or(0)), format_bytes(r.largest_free_end_bytes.value_or(0)),
                        format_bytes(*r.releasable_end_bytes), format_bytes(r.released_bytes));
   }
+  for (const replay_result& r : results) {
+    if (!r.first_failure) continue;
+    const failure_point& f = *r.first_failure;
+    out += fmt::format("  {} first failed allocation: pass {}, row {}: {} asked with {} live and {} held ({} held and "
+                       "not live)\n",
+                       r.allocator, f.pass, f.row, format_bytes(f.bytes), format_bytes(f.live_bytes),
+                       format_bytes(f.held_bytes), format_bytes(f.held_bytes > f.live_bytes ? f.held_bytes - f.live_bytes : 0));
+  }
   const bool several = !results.empty() && results.front().passes.size() > 1;
   if (several) {
     out += fmt::format("  {} passes through one allocator; first pass, then the steady state (worst pass after the first):\n",
@@ -277,6 +285,13 @@ std::string format_json(const std::vector<replay_result>& results) {
     o["device_capacity_bytes"] = r.device_capacity_bytes;
     o["operations"] = r.operations;
     o["failures"] = r.failures;
+    if (r.first_failure) {
+      const failure_point& f = *r.first_failure;
+      o["first_failure"] = {{"pass", f.pass}, {"row", f.row}, {"bytes", f.bytes}, {"live_bytes", f.live_bytes},
+                            {"held_bytes", f.held_bytes}};
+    } else {
+      o["first_failure"] = nullptr;
+    }
     o["peak_live_bytes"] = r.peak_live_bytes;
     o["peak_held_bytes"] = r.peak_held_bytes;
     o["held_ratio"] = r.held_ratio();

@@ -75,7 +75,18 @@ TEST(ReplayEngine, CountsAFailedAllocationAndSkipsItsFree) {
     EXPECT_EQ(r.operations, 3u) << name;  // two allocations tried, one free
     EXPECT_EQ(r.peak_live_bytes, MiB) << name;
     EXPECT_EQ(r.live_end_bytes, 0u) << name;
+    // The first failure says where and what was held: the 200 MiB row, the second, in pass 1.
+    ASSERT_TRUE(r.first_failure.has_value()) << name;
+    EXPECT_EQ(r.first_failure->pass, 1u) << name;
+    EXPECT_EQ(r.first_failure->row, 2u) << name;
+    EXPECT_EQ(r.first_failure->bytes, 200 * MiB) << name;
+    EXPECT_EQ(r.first_failure->live_bytes, MiB) << name;
+    EXPECT_GE(r.first_failure->held_bytes, MiB) << name;
+    EXPECT_LE(r.first_failure->held_bytes, 100 * MiB) << name;
   }
+  auto sim = std::make_shared<sim_driver>();
+  sim->set_capacity_limit(0, 400 * MiB);
+  EXPECT_FALSE(replay_trace(t, "tidepool", sim).first_failure.has_value()) << "nothing failed";
 }
 
 TEST(ReplayEngine, GivesStreamsOfTheTraceRealStreams) {
