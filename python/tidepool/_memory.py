@@ -183,10 +183,11 @@ def memory_snapshot(pool_id=None):
     # CLOCK_MONOTONIC (the recorder's steady clock) to the epoch, as PyTorch's time_us.
     epoch_offset_us = (time.time_ns() - time.monotonic_ns()) // 1000
     segments, traces = [], []
+    tags = _tags.tags()
     for device in range(count.value):
         if pool_id in (None, (0, 0)):
             segments.extend(_segments(device, describe(device)["blocks"]))
-        for index, tag in enumerate(_tags.tags()):
+        for index, tag in enumerate(tags):
             if pool_id in (None, (0, index + 1)):
                 segments.extend(_segments(device, describe(device, tag)["blocks"], (0, index + 1)))
         traces.append(_trace(recent_events(device), epoch_offset_us))

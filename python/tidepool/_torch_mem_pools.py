@@ -51,7 +51,8 @@ class TagMemPool:
 
     def snapshot(self, include_traces=True):
         """The tag's segments on every device, as MemPool.snapshot(): the segments of
-        torch.cuda.memory_snapshot() whose segment_pool_id is this pool's id."""
+        torch.cuda.memory_snapshot() whose segment_pool_id is this pool's id (include_traces is
+        taken as MemPool's is; segments carry no trace entries either way)."""
         return _memory.memory_snapshot(self._id)["segments"]
 
     def _entered(self, change):

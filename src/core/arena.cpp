@@ -151,8 +151,8 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
   unsigned scanned = 0;
   // The first room that serves, by size from two granules short of the request (the free blocks
   // beside a room make up the rest). Choosing the one that maps the fewest bytes among them instead
-  // moved the smallest GPU a loop runs on both ways and nothing else (docs/RESULTS.md, section 0,
-  // "Near the device's capacity").
+  // moved the smallest GPU a loop runs on both ways (docs/RESULTS.md, section 0, "Near the device's
+  // capacity, again").
   for (auto it = rooms_.lower_bound(&probe); room == nullptr && it != rooms_.end() && scanned < max_room_scan;
        ++it, ++scanned) {
     if (cost(*it) != 0) room = *it;

@@ -87,7 +87,8 @@ struct goal_tally {
 [[nodiscard]] std::string format_goal_tally(const goal_tally& tally);
 
 /// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,
-/// first_failure (null, or pass, row, bytes, live_bytes and held_bytes of the first), peak_live_bytes, peak_held_bytes, held_ratio, held_end_bytes, held_after_release_bytes,
+/// first_failure (null, or pass, row, bytes, live_bytes and held_bytes of the first),
+/// peak_live_bytes, peak_held_bytes, held_ratio, held_end_bytes, held_after_release_bytes,
 /// live_end_bytes, live_end_allocations, driver_calls, driver_us, ns_per_op, process_used_end_bytes,
 /// process_used_after_release_bytes (null where unknown), released_bytes (what release() said it
 /// returned), cached_end_bytes, largest_free_end_bytes, releasable_end_bytes (before the release;
