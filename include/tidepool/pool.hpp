@@ -73,7 +73,9 @@ struct pool_options {
   /// pool takes the same sizes, so a program's 1 MiB buffers live where PyTorch put them).
   std::size_t small_size_threshold = std::size_t{1} << 20;
   release_policy release{};
-  /// Reserve address space in ranges of this size (0: the device's capacity, rounded).
+  /// Reserve address space in ranges of this size. 0: four times the device's capacity for large
+  /// lifetime::scratch requests (a layout near the device's capacity needs address space for
+  /// the holes it keeps), the device's capacity for the others.
   std::size_t address_range_bytes = 0;
   /// Growth budget: new physical memory is created freely while held + need stays within
   /// (1 + growth_slack) * max(peak in use, in use + need); beyond it, free handles cached

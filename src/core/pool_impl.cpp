@@ -41,6 +41,18 @@ std::size_t open_device(const std::shared_ptr<driver>& drv, int device) {
   }
   return granularity;
 }
+// The size of each address range an arena reserves when pool_options::address_range_bytes is 0.
+// Blocks keep their addresses, so a layout near the device's capacity keeps holes (handles handed
+// back) at addresses it still uses, and needs address space beyond the bytes it maps: in ranges of
+// the device's size the large scratch arena ran out of addresses before memory, reserved new ranges
+// and moved handles between them in every step, where four times the device's size is as roomy as
+// an unbounded one (docs/RESULTS.md, section 0, "Address ranges near the device's capacity"). The
+// other arenas keep the device's size: their requests are small or long-lived, and address space
+// is the process's, shared by every stream, arena and device.
+std::size_t default_range_bytes(arena_kind kind, std::size_t device_total, std::size_t granularity) {
+  const std::size_t device = round_up(device_total, granularity);
+  return kind == arena_kind::large_scratch ? 4 * device : device;
+}
 }  // namespace
 
 pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options options)
@@ -60,14 +72,13 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
   const std::size_t granularity = pages_.granularity();
   virtual_memory_ = d.supports_virtual_memory(device);
   device_total_ = calls_.memory_info().total;
-  const std::size_t range_bytes = options_.address_range_bytes != 0 ? options_.address_range_bytes
-                                                                   : round_up(device_total_, granularity);
   for (unsigned k = 0; k < arenas_.size(); ++k) {
     arena_settings settings;
     settings.kind = static_cast<arena_kind>(k);
     settings.virtual_memory = virtual_memory_;
     settings.large_handles = k >= 2;
-    settings.range_bytes = range_bytes;
+    settings.range_bytes = options_.address_range_bytes != 0 ? options_.address_range_bytes
+                                                             : default_range_bytes(settings.kind, device_total_, granularity);
     settings.aliases = options_.alias_free_handles && virtual_memory_ && k >= 2;
     arenas_[k] = std::make_unique<arena>(settings, pages_, calls_, slab_);
     arenas_[k]->set_pool_queries(this, &pool_impl::frees_done, &pool_impl::growth_would_steal);
