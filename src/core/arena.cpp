@@ -168,9 +168,9 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
     const driver_status status = reserve_range(bytes, slot, room);
     reserved = status == driver_status::success;
     if (status == driver_status::out_of_memory) {
-      // No address space left for a range of the stream's own (many streams, each with ranges the
-      // device's size): another stream's room serves rather than the request failing (`probe`
-      // holds the request's size here).
+      // No address space left for a range of the stream's own (many streams, each with ranges of
+      // its own, several times the device's size): another stream's room serves rather than the
+      // request failing (`probe` holds the request's size here).
       const auto fit = rooms_.lower_bound(&probe);
       if (fit == rooms_.end()) return status;
       room = *fit;

@@ -18,7 +18,7 @@ namespace {
 struct random_case {
   unsigned seed;
   std::size_t small_threshold;
-  std::size_t range_bytes = 0;  // 0: one reservation per region as large as the device
+  std::size_t range_bytes = 0;  // 0: the default ranges (pool_options::address_range_bytes)
 };
 
 class PoolRandom : public ::testing::TestWithParam<random_case> {};

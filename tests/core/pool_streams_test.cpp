@@ -174,7 +174,7 @@ TEST_F(PoolStreams, AFreeOnAnotherStreamLeavesItsNeighboursWhereTheyWere) {
 }
 
 // Each stream grows in address ranges of its own; when the address space has no room for another
-// (many streams, each with ranges the device's size), a stream grows in another's free room rather
+// (many streams, each with ranges of its own), a stream grows in another's free room rather
 // than fail.
 TEST_F(PoolStreams, AStreamWithNoAddressSpaceOfItsOwnGrowsInAnothers) {
   void* on_a = p.allocate(8 * MiB, a);
