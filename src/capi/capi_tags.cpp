@@ -85,9 +85,7 @@ tidepool_status tidepool_tag_count(int* count) {
   using namespace tidepool::detail;
   return guarded([&] {
     if (count == nullptr) throw_null_argument("tidepool_tag_count", "count");
-    int n = 0;
-    while (tag_at(static_cast<std::size_t>(n)) != nullptr) ++n;
-    *count = n;
+    *count = static_cast<int>(tag_count());
   });
 }
 

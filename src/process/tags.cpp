@@ -114,6 +114,8 @@ tag_entry* tag_at(std::size_t id) noexcept {
   return r.tags[id].load(std::memory_order_acquire);
 }
 
+std::size_t tag_count() noexcept { return registry().count.load(std::memory_order_acquire); }
+
 std::size_t tag_id(const tag_entry& tag) noexcept {
   tag_registry& r = registry();
   for (std::size_t i = 0; i < max_tags; ++i) {

@@ -33,6 +33,8 @@ tag_entry& tag_named(const std::string& name);
 tag_entry* find_tag(const std::string& name) noexcept;
 /// The tag with index `id` (0-based, in order of first use), or nullptr.
 tag_entry* tag_at(std::size_t id) noexcept;
+/// How many tags the process has named (their indexes are 0 to tag_count() - 1).
+std::size_t tag_count() noexcept;
 /// `tag`'s index.
 std::size_t tag_id(const tag_entry& tag) noexcept;
 /// `tag`'s pool of `device`, made on first use (the process's default options and driver).
