@@ -46,11 +46,10 @@ std::size_t open_device(const std::shared_ptr<driver>& drv, int device) {
 // Blocks keep their addresses, so a layout near the device's capacity keeps holes (handles handed
 // back) at addresses it still uses, and needs address space beyond the bytes it maps: in ranges of
 // the device's size the large scratch arena ran out of addresses before memory, reserved new ranges
-// and moved handles between them in every step; at four times it holds a loop as it does on an
-// H200 wherever that fits (eight times measured the same on 25 of 26 runs; docs/RESULTS.md,
-// section 0, "Address ranges near the device's capacity"). The other arenas keep the device's size:
-// their requests are small or long-lived, and address space is the process's, shared by every
-// stream, arena and device.
+// and moved handles between them in every step. At four times the device it no longer ran out
+// first on the loops measured (docs/RESULTS.md, section 0, "Address ranges near the device's
+// capacity"). The other arenas keep the device's size: their requests are small or long-lived, and
+// address space is the process's, shared by every stream, arena and device.
 std::size_t default_range_bytes(arena_kind kind, std::size_t device_total, std::size_t granularity) {
   const std::size_t device = round_up(device_total, granularity);
   return kind == arena_kind::large_scratch ? 4 * device : device;

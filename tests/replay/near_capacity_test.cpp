@@ -2,9 +2,9 @@
 // was sized to its GPU). Blocks keep their addresses, so the layout keeps holes where handles went
 // back and needs address space beyond the bytes it maps: with ranges of the device's size the
 // large scratch arena ran out of addresses before memory on such a device, reserved new ranges and
-// moved handles between them in every pass (gpt_vary: 1.100 held / live and 54 thousand driver
-// calls a pass, where an H200 under a 14.2 GiB byte cap, 1.103x, held 1.082 with none after the
-// first steps). docs/RESULTS.md, section 0, "Address ranges near the device's capacity".
+// moved handles between them in every pass, where a byte cap of the same size on the H200 (whose
+// ranges are its own size) cost nothing after the first steps. The figures are in
+// docs/RESULTS.md, section 0, "Address ranges near the device's capacity".
 #include <gtest/gtest.h>
 
 #include <cstdio>
