@@ -30,7 +30,8 @@ def test_no_module_the_launchers_import_needs_torch():
     assert out.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("name", ["gpt-vary", "gpt-small-vary", "hf-llama-train", "hf-mixtral-train"])
+@pytest.mark.parametrize("name", ["gpt-vary", "gpt-small-vary", "hf-llama-train", "hf-mixtral-train",
+                                  "gpt-compile"])
 def test_token_budget_shapes_are_seeded_and_within_budget(name):
     spec = catalog.WORKLOADS[name]
     p = spec.params

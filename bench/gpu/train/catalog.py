@@ -231,6 +231,9 @@ WORKLOADS = {w.name: w for w in (
              "stream in the forward pass (record_stream) and brought back for the backward pass, new sequence "
              "length each step, 8k tokens", 80, 10, (), "tokens",
              {"size": GPT_BIG, **_TOKENS_16K, "token_budget": 8192}),
+    Workload("gpt-compile", "GPT ~148M compiled by torch.compile (Inductor, dynamic shapes), AdamW, bf16 "
+             "autocast, new sequence length each step, 16k tokens", 80, 10, (), "tokens",
+             {"size": GPT_BIG, **_TOKENS_16K}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),

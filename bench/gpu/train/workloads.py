@@ -1,8 +1,9 @@
 """The workloads of the GPU training benchmark, on torch and the libraries of the GPU machine:
 a decoder-only transformer in plain torch (GPT; also with activation checkpointing and gradient
-accumulation, and with its activations offloaded to host memory on a copy stream), transformers'
-Llama (training, generation, and both in one reinforcement-learning loop), Mixtral and T5 built
-from configs, and timm's ViT-B/16 and ResNet-50, all with random weights (no downloads).
+accumulation, with its activations offloaded to host memory on a copy stream, and compiled by
+torch.compile with dynamic shapes), transformers' Llama (training, generation, and both in one
+reinforcement-learning loop), Mixtral and T5 built from configs, and timm's ViT-B/16 and
+ResNet-50, all with random weights (no downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
 and shape schedules are in catalog.py.
 
@@ -11,6 +12,10 @@ each step to a torch.cuda.synchronize(). Weights are built on the CPU from a fix
 moved to the GPU, so every allocator starts from the same model.
 """
 
+import atexit
+import os
+import shutil
+import tempfile
 import time
 
 import torch
@@ -133,6 +138,26 @@ class GPTOffloadTraining(GPTTraining):
     def step(self, i):
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             super().step(i)
+
+
+class GPTCompiledTraining(GPTTraining):
+    """The GPT compiled by torch.compile (Inductor, dynamic shapes: one graph for every sequence
+    length and batch), as most new training code runs: Inductor fuses the elementwise work and
+    plans the reuse of buffers inside its graph, so the allocator sees fewer, larger requests than
+    eager mode makes. Each process compiles from empty caches of its own (Inductor's and Triton's),
+    so every allocator's first steps pay the same compilation (removed when the process exits)."""
+
+    def __init__(self, size, shapes):
+        for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+            os.environ[variable] = tempfile.mkdtemp(prefix=f"tidepool-bench-{variable.lower()}-")
+            atexit.register(shutil.rmtree, os.environ[variable], ignore_errors=True)
+        super().__init__(size, shapes)
+        self.compiled = torch.compile(self.model, dynamic=True)
+
+    def loss_of(self, batch, length):
+        tokens = torch.randint(0, self.vocab, (batch, length + 1), device="cuda")
+        logits = self.compiled(tokens[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, self.vocab), tokens[:, 1:].reshape(-1))
 
 
 class _AccumulatedTraining(_Training):
@@ -384,6 +409,8 @@ def build(spec, shapes, seed):
         return LlamaRolloutTraining(size, shapes, seed)
     if spec.name == "gpt-offload":
         return GPTOffloadTraining(size, shapes)
+    if spec.name == "gpt-compile":
+        return GPTCompiledTraining(size, shapes)
     raise ValueError(f"no workload {spec.name!r}")
 
 
