@@ -115,6 +115,43 @@ driver_status arena::reserve_range(std::size_t at_least, std::uint32_t slot, blo
   return driver_status::success;
 }
 
+std::size_t arena::window_cost(const block* room, std::size_t bytes, std::uint32_t slot, joined_blocks& joined) const {
+  // A neighbour freed on the request's own stream joins as well as one free for every stream
+  // (open_window says why); with aliases, not one whose handles refuse the stream.
+  auto free_neighbour = [&](const block* b) -> const block* {
+    if (b == nullptr || b->state != block_state::free_mapped || (b->owner != 0 && b->owner != slot)) return nullptr;
+    if (settings_.aliases && span_refused(*b->range, b->address, b->size, slot)) return nullptr;
+    return b;
+  };
+  joined = joined_blocks{};
+  if (room->range->stream_slot != slot) return 0;
+  const block* under = free_neighbour(room->prev);
+  const block* over = free_neighbour(room->next);
+  const std::size_t have = under != nullptr ? under->size : 0;
+  const std::size_t after = over != nullptr ? over->size : 0;
+  if (have + room->size + after < bytes) return 0;
+  const std::size_t map = std::min(room->size, round_up(bytes > have ? bytes - have : 1, granularity_));
+  // As open_window: the block above joins only when the request reaches past the whole room.
+  joined.below = under;
+  joined.above = map < room->size || have + room->size >= bytes ? nullptr : over;
+  return map;
+}
+
+arena::growth_plan arena::cheapest_growth(std::size_t bytes, std::uint32_t slot) const {
+  growth_plan plan;
+  plan.map_bytes = round_up(bytes, granularity_);
+  for (block* room : rooms_) {
+    joined_blocks joined;
+    const std::size_t c = window_cost(room, bytes, slot, joined);
+    if (c != 0 && (plan.room == nullptr || c < plan.map_bytes)) {
+      plan.room = room;
+      plan.joined = joined;
+      plan.map_bytes = c;
+    }
+  }
+  return plan;
+}
+
 driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& w) {
   const std::size_t g = pages_.granularity();
   // A neighbour freed on the request's own stream joins as well as one free for every stream: work
@@ -128,16 +165,9 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
     if (!free_for_slot(b) || (settings_.aliases && span_refused(*b->range, b->address, b->size, slot))) return nullptr;
     return b;
   };
-  // Bytes to map if the request is placed in `room`, starting at the free block below it;
-  // 0 if it does not fit, or if the room lies in another stream's ranges.
-  auto cost = [&](block* room) -> std::size_t {
-    if (room->range->stream_slot != slot) return 0;
-    const block* below = free_neighbour(room->prev);
-    const block* above = free_neighbour(room->next);
-    const std::size_t have = below != nullptr ? below->size : 0;
-    const std::size_t after = above != nullptr ? above->size : 0;
-    if (have + room->size + after < bytes) return 0;
-    return std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
+  auto cost = [&](const block* room) {
+    joined_blocks joined;
+    return window_cost(room, bytes, slot, joined);
   };
   block* room = nullptr;
   if (extension_room_ != nullptr) {  // take_placed() passed over a wasteful fit for this one
@@ -240,7 +270,7 @@ void arena::close_window(window& w, std::uint64_t tick) {
 
 driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
                                         std::vector<std::uint32_t>& out, std::size_t largest_handle,
-                                        std::size_t smallest_handle) {
+                                        std::size_t smallest_handle, joined_blocks keep) {
   const std::size_t g = pages_.granularity();
   free_index& any = *slots_[0];
   // A whole handle inside `b` that fits `room`, at or above `from`; returns its id or no_handle.
@@ -271,7 +301,7 @@ driver_status arena::unmap_free_handles(std::size_t& want, std::size_t& room, st
        bin = any.next_nonempty(bin + 1)) {
     candidates.clear();
     for (block* b = any.head(bin); b != nullptr; b = b->link_next) {
-      if (b->size >= g && b->freed_tick <= freed_by) candidates.push_back(b);
+      if (b->size >= g && b->freed_tick <= freed_by && !keep.has(b)) candidates.push_back(b);
     }
     for (block* cur : candidates) {
       if (want == 0) break;
@@ -368,24 +398,27 @@ std::size_t arena::largest_free_block() const noexcept {
 
 std::size_t arena::whole_free_handle_bytes() const noexcept {
   std::size_t bytes = 0;
-  const std::size_t g = pages_.granularity();
   for_each_block([&](const block& b) {
-    if (b.state != block_state::free_mapped) return;
-    if (b.range->segment) {
-      if (b.prev == nullptr && b.next == nullptr) bytes += b.size;
-      return;
-    }
-    for (device_address p = round_up(b.address, g); p + g <= b.end();) {
-      const std::uint32_t id = pages_.handle_at(*b.range, p);
-      if (id == page_table::no_handle) {
-        p += g;
-        continue;
-      }
-      const page_table::handle_record& h = pages_.record(id);
-      if (h.aliases.empty() && h.at >= b.address && h.at + h.size <= b.end()) bytes += h.size;
-      p = std::max(p + g, pages_.mapping_start(id, p) + h.size);
-    }
+    if (b.state == block_state::free_mapped) bytes += whole_handle_bytes(&b);
   });
+  return bytes;
+}
+
+std::size_t arena::whole_handle_bytes(const block* b) const noexcept {
+  if (b == nullptr) return 0;
+  if (b->range->segment) return b->prev == nullptr && b->next == nullptr ? b->size : 0;
+  std::size_t bytes = 0;
+  const std::size_t g = pages_.granularity();
+  for (device_address p = round_up(b->address, g); p + g <= b->end();) {
+    const std::uint32_t id = pages_.handle_at(*b->range, p);
+    if (id == page_table::no_handle) {
+      p += g;
+      continue;
+    }
+    const page_table::handle_record& h = pages_.record(id);
+    if (h.aliases.empty() && h.at >= b->address && h.at + h.size <= b->end()) bytes += h.size;
+    p = std::max(p + g, pages_.mapping_start(id, p) + h.size);
+  }
   return bytes;
 }
 

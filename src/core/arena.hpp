@@ -47,6 +47,13 @@ struct arena_settings {
   bool aliases = false;             ///< may map a free handle a second time (pool_options::alias_free_handles)
 };
 
+/// The free blocks on either side of a room that a growth window joins (either may be nullptr).
+struct joined_blocks {
+  const block* below = nullptr;
+  const block* above = nullptr;
+  [[nodiscard]] bool has(const block* b) const noexcept { return b != nullptr && (b == below || b == above); }
+};
+
 class arena {
  public:
   arena(arena_settings settings, page_table& pages, driver_calls& calls, block_slab& slab);
@@ -167,20 +174,35 @@ class arena {
   /// other's live blocks (docs/RESULTS.md, section 0, "Streams that each allocate"); another
   /// stream's room only when no address space is left for a range. A room serves with the free
   /// mapped blocks on either side of it (of any stream or of `slot`), so the free tail of a page
-  /// next to a live block is used, not stranded: the room take() chose for an extension, else the
-  /// first room that serves by size from two granules short of the request (up to
-  /// max_room_scan), else the smallest room the request fits alone.
+  /// next to a live block is used, not stranded: the room take() chose for an extension or the
+  /// out-of-memory path planned (prefer_room), else the first room that serves by size from two
+  /// granules short of the request (up to max_room_scan), else the smallest room the request fits
+  /// alone.
   driver_status open_window(std::size_t bytes, std::uint32_t slot, window& w);
+  /// The growth for `bytes` on stream `slot` that maps the fewest new bytes, over every room of
+  /// the stream's ranges with the free blocks beside it (open_window's rule, all rooms looked at).
+  struct growth_plan {
+    block* room = nullptr;      ///< the room; nullptr when none serves (growth reserves a range)
+    joined_blocks joined;       ///< the free blocks beside it that the window would join
+    std::size_t map_bytes = 0;  ///< bytes to map (the request rounded up when room is nullptr)
+  };
+  [[nodiscard]] growth_plan cheapest_growth(std::size_t bytes, std::uint32_t slot) const;
+  /// Makes the next open_window() for `slot` take `room` while it still serves (the out-of-memory
+  /// path, after handing back what cheapest_growth() lacked).
+  void prefer_room(block* room, std::uint32_t slot) noexcept {
+    extension_room_ = room;
+    extension_slot_ = slot;
+  }
   /// Turns [room start, cursor) into a free mapped block (freed at `tick`), of the stream whose
   /// free blocks it joined or else of any stream, and returns the rest of the room.
   void close_window(window& w, std::uint64_t tick);
   /// Unmaps whole handles that lie in free blocks of any stream freed at or before `freed_by`
-  /// (smallest blocks first), while `want` > 0, each no larger than `room` nor `largest_handle`
-  /// and no smaller than `smallest_handle`;
+  /// (smallest blocks first, the blocks in `keep` left alone), while `want` > 0, each no larger
+  /// than `room` nor `largest_handle` and no smaller than `smallest_handle`;
   /// appends their ids to `out` and subtracts their sizes from `want` and `room`.
   driver_status unmap_free_handles(std::size_t& want, std::size_t& room, std::uint64_t freed_by,
                                    std::vector<std::uint32_t>& out, std::size_t largest_handle,
-                                   std::size_t smallest_handle = 0);
+                                   std::size_t smallest_handle = 0, joined_blocks keep = {});
 
   // --- aliases (pool_options::alias_free_handles; aliases.cpp) ---
   /// Maps handles of this arena that no live block touches a further time at the window's cursor,
@@ -217,6 +239,8 @@ class arena {
   /// Bytes of whole handles inside free mapped blocks of any slot (what stealing and release can
   /// reach once pending frees complete).
   [[nodiscard]] std::size_t whole_free_handle_bytes() const noexcept;
+  /// Bytes of whole handles inside free mapped block `b` (0 for nullptr).
+  [[nodiscard]] std::size_t whole_handle_bytes(const block* b) const noexcept;
   /// The block containing `address`, or nullptr (for naming a bad pointer).
   [[nodiscard]] block* find_containing(device_address address) const noexcept;
   /// Calls f(block&) for every block in address order.
@@ -400,7 +424,12 @@ class arena {
   bool waits_for_frees_ = false;     // waits_for_frees()
   std::size_t refused_growth_ = 0;
   bool aliasing_stopped_ = false;
-  // Set by take_placed() when it declined a wasteful fit for an extension; open_window() prefers it.
+  // The bytes growth maps if `bytes` for `slot` go into `room` (with the free blocks beside it that
+  // the window joins, returned in `joined`); 0 if they do not fit there or the room is another
+  // stream's.
+  std::size_t window_cost(const block* room, std::size_t bytes, std::uint32_t slot, joined_blocks& joined) const;
+  // Set by take_placed() when it declined a wasteful fit for an extension, or by prefer_room();
+  // open_window() prefers it.
   block* extension_room_ = nullptr;
   std::uint32_t extension_slot_ = 0;  // the stream slot whose free block below it may be extended
   // set_pool_queries(): without them own-stream blocks are never split and no extension is made.

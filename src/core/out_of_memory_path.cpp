@@ -36,14 +36,47 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     const std::size_t held = pages_.held_bytes();
     if (held > held_before) (void)release_free(held - held_before, any_tick, &where, true);
   };
-  // Whether growth can serve the request now: what the driver can still give, within the cap and
-  // headroom, and free handles handed back for the rest, only when those cover it (else releasing
-  // them only costs the program their re-creation later).
-  auto make_room = [&]() -> bool {
+  // What the driver can still give, within the cap and headroom.
+  auto creatable_bytes = [&]() -> std::size_t {
     const std::size_t driver_free = calls_.memory_info().free;
     const std::size_t held = pages_.held_bytes();
     std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
     if (byte_cap_ != everything) creatable = std::min(creatable, held < byte_cap_ ? byte_cap_ - held : 0);
+    return creatable;
+  };
+  // Whether growth can serve the request now: what the driver can still give, and free handles
+  // handed back for the rest, only when those cover it (else releasing them only costs the program
+  // their re-creation later). With the virtual memory API growth maps only what its window lacks:
+  // at the device's limit a request usually misses the largest free block by a little and the room
+  // above it takes the rest. Handing back the request's whole size would give up the free blocks
+  // the loop's next requests are placed in, and they would miss in turn, in every step
+  // (docs/RESULTS.md, section 0, "What the window lacks"). So the growth that maps the fewest bytes
+  // is planned, only what it lacks goes back, never the free blocks its window joins, and
+  // open_window() takes the cheapest room (retry, below).
+  auto make_room = [&]() -> bool {
+    const std::size_t creatable = creatable_bytes();
+    if (virtual_memory_) {
+      const arena::growth_plan plan = where.cheapest_growth(size, s.slot);
+      if (plan.room != nullptr) {
+        std::size_t reachable = 0;
+        for (const auto& a : arenas_) reachable += a->whole_free_handle_bytes();
+        const std::size_t kept =
+            where.whole_handle_bytes(plan.joined.below) + where.whole_handle_bytes(plan.joined.above);
+        reachable -= std::min(reachable, kept);
+        // What the growth lacks, and what would take the pool past its growth budget (which
+        // growth would have to steal: handed back here, it steals nothing), as far as reachable.
+        const std::size_t lacks = plan.map_bytes > creatable ? plan.map_bytes - creatable : 0;
+        const double over = static_cast<double>(pages_.held_bytes() + plan.map_bytes) - growth_budget(size);
+        const std::size_t beyond_budget =
+            over > 0 ? round_up(static_cast<std::size_t>(over), pages_.granularity()) : 0;
+        const std::size_t give = std::min(std::max(lacks, beyond_budget), reachable);
+        if (give >= lacks) {
+          if (give != 0) (void)release_free(give, any_tick, nullptr, false, plan.joined);
+          return true;
+        }
+        // Not without the joined blocks' handles: as when no room serves.
+      }
+    }
     if (creatable >= need) return true;
     // Whole free handles (what stealing or releasing can reach), and the free block growth may
     // extend (its granules shared with live neighbours are not whole handles): an upper bound.
@@ -58,6 +91,8 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     settle_frees(false);
     if (block* b = where.take(size, s.slot)) return b;
     if (!make_room()) return nullptr;
+    // Handing back made rooms of its own: the cheapest is planned again over what is there now.
+    if (virtual_memory_) where.prefer_room(where.cheapest_growth(size, s.slot).room, s.slot);
     const std::size_t held_before_growth = pages_.held_bytes();
     if (grow(where, size, s.slot) == growth::grown) return where.take(size, s.slot);
     hand_back_growth(held_before_growth);

@@ -448,8 +448,10 @@ class pool_impl {
   void wait_for_device(bool drop_lock);
   /// Unmaps and releases whole free handles freed at or before tick `freed_by` (fallback: wholly
   /// free segments) until `want` bytes went back (at_most: never more than `want`), from arena
-  /// `only` if given, else from all; returns the bytes handed back.
-  std::size_t release_free(std::size_t want, std::uint64_t freed_by, arena* only = nullptr, bool at_most = false);
+  /// `only` if given, else from all, never from the free blocks in `keep`; returns the bytes
+  /// handed back.
+  std::size_t release_free(std::size_t want, std::uint64_t freed_by, arena* only = nullptr, bool at_most = false,
+                           joined_blocks keep = {});
   /// release_free in steps of 64 MiB, passing the lock to sleeping waiters between them.
   std::size_t release_in_steps(std::size_t want, std::uint64_t freed_by);
   // Automatic release after an allocation or a free (`freed`) on stream `s`.

@@ -274,7 +274,8 @@ void pool_impl::wait_for_device(bool drop_lock) {
   recycle_idle_streams();
 }
 
-std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, arena* only, bool at_most) {
+std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, arena* only, bool at_most,
+                                    joined_blocks keep) {
   std::size_t released = 0;
   hand_over_completed_frees();  // only memory free for every stream goes back
   if (!virtual_memory_) {
@@ -319,7 +320,7 @@ std::size_t pool_impl::release_free(std::size_t want, std::uint64_t freed_by, ar
                     fmt::format("tidepool: mem_unmap failed on device {}: {}", device_, to_string(dropped)));
       }
     }
-    const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids, everything);
+    const driver_status unmapped = a->unmap_free_handles(left, room, freed_by, ids, everything, 0, keep);
     const driver_status status = pages_.release_all(ids, released);
     if (status != driver_status::success) {
       throw error(error_code::driver_failure,
