@@ -180,7 +180,7 @@ class arena {
   /// alone.
   driver_status open_window(std::size_t bytes, std::uint32_t slot, window& w);
   /// The growth for `bytes` on stream `slot` that maps the fewest new bytes, over every room of
-  /// the stream's ranges with the free blocks beside it (open_window's rule, all rooms looked at).
+  /// the stream's ranges with the free blocks beside it, each costed as open_window() costs it.
   struct growth_plan {
     block* room = nullptr;      ///< the room; nullptr when none serves (growth reserves a range)
     joined_blocks joined;       ///< the free blocks beside it that the window would join
