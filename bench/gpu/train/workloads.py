@@ -141,11 +141,11 @@ class GPTOffloadTraining(GPTTraining):
 
 
 class GPTCompiledTraining(GPTTraining):
-    """The GPT compiled by torch.compile (Inductor, dynamic shapes: one graph for every sequence
-    length and batch), as most new training code runs: Inductor fuses the elementwise work and
-    plans the reuse of buffers inside its graph, so the allocator sees fewer, larger requests than
-    eager mode makes. Each process compiles from empty caches of its own (Inductor's and Triton's),
-    so every allocator's first steps pay the same compilation (removed when the process exits)."""
+    """The GPT compiled by torch.compile (Inductor, dynamic shapes: one graph for any sequence length
+    and batch), the way much new training code runs: Inductor fuses elementwise work and reuses
+    buffers inside its graph, so the allocator sees another pattern of requests than eager mode's.
+    Each process compiles from empty Inductor and Triton caches of its own (removed at exit), so
+    every allocator's first steps pay the same compilation."""
 
     def __init__(self, size, shapes):
         for variable in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
