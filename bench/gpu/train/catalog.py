@@ -244,7 +244,7 @@ WORKLOADS = {w.name: w for w in (
 # traces/hf_llama_rl.csv.gz, 40 steps, with --workloads hf-llama-rl: its generation makes 7.4M
 # history entries, so its params raise record_traces.py's bound, history_entries.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
-            "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum")
+            "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile")
 
 
 def parse_names(text, known, what):
