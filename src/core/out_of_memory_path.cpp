@@ -47,7 +47,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   // Whether growth can serve the request now: what the driver can still give, and free handles
   // handed back for the rest, only when those cover it (else releasing them only costs the program
   // their re-creation later). With the virtual memory API growth maps only what its window lacks:
-  // at the device's limit a request usually misses the largest free block by a little and the room
+  // at the device's limit a request often misses the largest free block by a little and the room
   // above it takes the rest. Handing back the request's whole size would give up the free blocks
   // the loop's next requests are placed in, and they would miss in turn, in every step
   // (docs/RESULTS.md, section 0, "What the window lacks"). So the growth that maps the fewest bytes
