@@ -115,38 +115,40 @@ driver_status arena::reserve_range(std::size_t at_least, std::uint32_t slot, blo
   return driver_status::success;
 }
 
-std::size_t arena::window_cost(const block* room, std::size_t bytes, std::uint32_t slot, joined_blocks& joined) const {
-  // A neighbour freed on the request's own stream joins as well as one free for every stream
-  // (open_window says why); with aliases, not one whose handles refuse the stream.
-  auto free_neighbour = [&](const block* b) -> const block* {
+arena::window_shape arena::shape_of_window(const block* room, std::size_t bytes, std::uint32_t slot) const {
+  // A neighbour freed on the request's own stream joins as well as one free for every stream: work
+  // queued later on that stream runs after the work that used it. Joining only blocks free for
+  // every stream made growth depend on how far the GPU runs behind: a block freed a moment ago
+  // is its stream's until an event completes, so growth mapped beside it instead of extending it.
+  // With aliases, not one whose handles refuse the stream.
+  auto free_neighbour = [&](block* b) -> block* {
     if (b == nullptr || b->state != block_state::free_mapped || (b->owner != 0 && b->owner != slot)) return nullptr;
     if (settings_.aliases && span_refused(*b->range, b->address, b->size, slot)) return nullptr;
     return b;
   };
-  joined = joined_blocks{};
-  if (room->range->stream_slot != slot) return 0;
-  const block* under = free_neighbour(room->prev);
-  const block* over = free_neighbour(room->next);
-  const std::size_t have = under != nullptr ? under->size : 0;
-  const std::size_t after = over != nullptr ? over->size : 0;
-  if (have + room->size + after < bytes) return 0;
-  const std::size_t map = std::min(room->size, round_up(bytes > have ? bytes - have : 1, granularity_));
-  // As open_window: the block above joins only when the request reaches past the whole room.
-  joined.below = under;
-  joined.above = map < room->size || have + room->size >= bytes ? nullptr : over;
-  return map;
+  window_shape shape;
+  block* below = free_neighbour(room->prev);
+  block* above = free_neighbour(room->next);
+  const std::size_t have = below != nullptr ? below->size : 0;
+  const std::size_t after = above != nullptr ? above->size : 0;
+  shape.fits = have + room->size + after >= bytes;
+  shape.map_bytes = std::min(room->size, round_up(bytes > have ? bytes - have : 1, granularity_));
+  shape.joined.below = below;
+  // The block above is joined only when the request reaches past the whole room.
+  shape.joined.above = shape.map_bytes < room->size || have + room->size >= bytes ? nullptr : above;
+  return shape;
 }
 
 arena::growth_plan arena::cheapest_growth(std::size_t bytes, std::uint32_t slot) const {
   growth_plan plan;
   plan.map_bytes = round_up(bytes, granularity_);
   for (block* room : rooms_) {
-    joined_blocks joined;
-    const std::size_t c = window_cost(room, bytes, slot, joined);
-    if (c != 0 && (plan.room == nullptr || c < plan.map_bytes)) {
+    if (room->range->stream_slot != slot) continue;
+    const window_shape shape = shape_of_window(room, bytes, slot);
+    if (shape.fits && (plan.room == nullptr || shape.map_bytes < plan.map_bytes)) {
       plan.room = room;
-      plan.joined = joined;
-      plan.map_bytes = c;
+      plan.joined = shape.joined;
+      plan.map_bytes = shape.map_bytes;
     }
   }
   return plan;
@@ -154,21 +156,7 @@ arena::growth_plan arena::cheapest_growth(std::size_t bytes, std::uint32_t slot)
 
 driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& w) {
   const std::size_t g = pages_.granularity();
-  // A neighbour freed on the request's own stream joins as well as one free for every stream: work
-  // queued later on that stream runs after the work that used it. Joining only blocks free for
-  // every stream made growth depend on how far the GPU runs behind: a block freed a moment ago
-  // is its stream's until an event completes, so growth mapped beside it instead of extending it.
-  auto free_for_slot = [slot](const block* b) {
-    return b != nullptr && b->state == block_state::free_mapped && (b->owner == 0 || b->owner == slot);
-  };
-  auto free_neighbour = [&](block* b) -> block* {
-    if (!free_for_slot(b) || (settings_.aliases && span_refused(*b->range, b->address, b->size, slot))) return nullptr;
-    return b;
-  };
-  auto cost = [&](const block* room) {
-    joined_blocks joined;
-    return window_cost(room, bytes, slot, joined);
-  };
+  auto cost = [&](const block* room) { return window_cost(room, bytes, slot); };
   block* room = nullptr;
   if (extension_room_ != nullptr) {  // take_placed() passed over a wasteful fit for this one
     auto it = rooms_.find(extension_room_);
@@ -212,22 +200,23 @@ driver_status arena::open_window(std::size_t bytes, std::uint32_t slot, window& 
     rooms_.erase(room);
     room->state = block_state::busy;
   }
-  block* below = free_neighbour(room->prev);
-  block* above = free_neighbour(room->next);
+  const window_shape shape = shape_of_window(room, bytes, slot);
   // A free block below that only the aliases' refusals keep out of the window counts as a refused
   // miss (note_alias_growth): growth maps its size again.
-  if (below == nullptr && settings_.aliases && free_for_slot(room->prev)) refused_miss_ = true;
-  const std::size_t have = below != nullptr ? below->size : 0;
-  w.map_bytes = std::min(room->size, round_up(bytes > have ? bytes - have : 1, g));
-  if (w.map_bytes < room->size || have + room->size >= bytes) above = nullptr;  // not needed
-  for (block* b : {below, above}) {
+  const block* prev = room->prev;
+  if (shape.joined.below == nullptr && settings_.aliases && prev != nullptr &&
+      prev->state == block_state::free_mapped && (prev->owner == 0 || prev->owner == slot)) {
+    refused_miss_ = true;
+  }
+  w.map_bytes = shape.map_bytes;
+  for (block* b : {shape.joined.below, shape.joined.above}) {
     if (b == nullptr) continue;
     slots_[b->owner]->remove(b);
     b->state = block_state::busy;
   }
-  w.below = below;
+  w.below = shape.joined.below;
   w.room = room;
-  w.above = above;
+  w.above = shape.joined.above;
   w.cursor = room->address;
   return driver_status::success;
 }

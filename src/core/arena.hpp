@@ -49,8 +49,8 @@ struct arena_settings {
 
 /// The free blocks on either side of a room that a growth window joins (either may be nullptr).
 struct joined_blocks {
-  const block* below = nullptr;
-  const block* above = nullptr;
+  block* below = nullptr;
+  block* above = nullptr;
   [[nodiscard]] bool has(const block* b) const noexcept { return b != nullptr && (b == below || b == above); }
 };
 
@@ -424,10 +424,21 @@ class arena {
   bool waits_for_frees_ = false;     // waits_for_frees()
   std::size_t refused_growth_ = 0;
   bool aliasing_stopped_ = false;
-  // The bytes growth maps if `bytes` for `slot` go into `room` (with the free blocks beside it that
-  // the window joins, returned in `joined`); 0 if they do not fit there or the room is another
-  // stream's.
-  std::size_t window_cost(const block* room, std::size_t bytes, std::uint32_t slot, joined_blocks& joined) const;
+  // A window for `bytes` on stream `slot` in `room`: the free blocks beside it that it joins, the
+  // bytes it maps from room->address, and whether the room with its free neighbours holds `bytes`.
+  struct window_shape {
+    joined_blocks joined;
+    std::size_t map_bytes = 0;
+    bool fits = false;
+  };
+  [[nodiscard]] window_shape shape_of_window(const block* room, std::size_t bytes, std::uint32_t slot) const;
+  // The bytes growth maps if `bytes` for `slot` go into `room`; 0 if they do not fit there or the
+  // room is another stream's.
+  [[nodiscard]] std::size_t window_cost(const block* room, std::size_t bytes, std::uint32_t slot) const {
+    if (room->range->stream_slot != slot) return 0;
+    const window_shape shape = shape_of_window(room, bytes, slot);
+    return shape.fits ? shape.map_bytes : 0;
+  }
   // Set by take_placed() when it declined a wasteful fit for an extension, or by prefer_room();
   // open_window() prefers it.
   block* extension_room_ = nullptr;
