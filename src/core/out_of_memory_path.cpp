@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <optional>
 
 #include "core/pool_impl.hpp"
 #include "core/unlocked_call.hpp"
@@ -55,11 +56,19 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   // open_window() takes the cheapest room (retry, below).
   auto make_room = [&]() -> bool {
     const std::size_t creatable = creatable_bytes();
+    // Whole free handles of every arena (what stealing or releasing can reach), counted once.
+    std::optional<std::size_t> whole_handles;
+    auto whole_free_handles = [&]() {
+      if (!whole_handles) {
+        whole_handles = 0;
+        for (const auto& a : arenas_) *whole_handles += a->whole_free_handle_bytes();
+      }
+      return *whole_handles;
+    };
     if (virtual_memory_) {
       const arena::growth_plan plan = where.cheapest_growth(size, s.slot);
       if (plan.room != nullptr) {
-        std::size_t reachable = 0;
-        for (const auto& a : arenas_) reachable += a->whole_free_handle_bytes();
+        std::size_t reachable = whole_free_handles();
         const std::size_t kept =
             where.whole_handle_bytes(plan.joined.below) + where.whole_handle_bytes(plan.joined.above);
         reachable -= std::min(reachable, kept);
@@ -78,10 +87,9 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
       }
     }
     if (creatable >= need) return true;
-    // Whole free handles (what stealing or releasing can reach), and the free block growth may
-    // extend (its granules shared with live neighbours are not whole handles): an upper bound.
-    std::size_t reachable = where.largest_free_block();
-    for (const auto& a : arenas_) reachable += a->whole_free_handle_bytes();
+    // Whole free handles, and the free block growth may extend (its granules shared with live
+    // neighbours are not whole handles): an upper bound.
+    const std::size_t reachable = where.largest_free_block() + whole_free_handles();
     if (reachable < need - creatable) return false;
     (void)release_free(need - creatable, any_tick);
     return true;
