@@ -279,9 +279,11 @@ class arena {
   block* take_placed(std::size_t bytes, std::uint32_t slot, bool may_wait);
   // index.find(bytes), passing over up to max_frontier_skips blocks at the frontier (placement.cpp).
   block* find_inside(free_index& index, std::size_t bytes);
-  // Whether free block `b` has unmapped room directly above it (growth could extend it).
+  // Whether free block `b` lies at the frontier: directly below the unmapped room at the end of its
+  // address range, where growth extends it (placement.cpp). A hole handed back inside the mapped
+  // memory is not the frontier.
   static bool at_frontier(const block* b) noexcept {
-    return b->next != nullptr && b->next->state == block_state::free_unmapped;
+    return b->next != nullptr && b->next->state == block_state::free_unmapped && b->next->next == nullptr;
   }
   // Carves `bytes` from free block `c` (in an index) for `slot`, or returns nullptr when `c`
   // cannot serve it without unmapping memory another stream may still use.

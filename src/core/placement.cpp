@@ -27,13 +27,18 @@
 // per joined handle; a block covering three quarters of one keeps it whole only if the rest is no
 // more than a quarter of growth's largest handle.
 //
-// The frontier: a free block with unmapped room above it is where growth extends cheaply (a request
-// larger than the block maps only the difference). Best fit passes over such a block when another
-// fits (up to max_frontier_skips of them), as PyTorch's expandable segments count the block at a
-// segment's end as the size it can grow to: a small long-lived block placed there would stand
-// between the free memory below it and the room above, and every larger request after it would
-// map its whole size elsewhere (the loader workload, measured with and without the rule in
-// docs/RESULTS.md, section 0). The rule holds across the two indexes a request looks in, its own
+// The frontier: a free block below the unmapped room at the end of its address range is where
+// growth extends cheaply (a request larger than the block maps only the difference). Best fit
+// passes over such a block when another fits (up to max_frontier_skips of them), as PyTorch's
+// expandable segments count the block at a segment's end as the size it can grow to: a small
+// long-lived block placed there would stand between the free memory below it and the room above,
+// and every larger request after it would map its whole size elsewhere (the loader workload,
+// measured with and without the rule in docs/RESULTS.md, section 0). A hole inside the mapped
+// memory, where handles were handed back (release, stealing, the out-of-memory path), is not the
+// frontier: at the device's limit such holes open wherever the out-of-memory path handed back, a
+// rule that passed over the blocks beside them made each step's layout follow those hand-backs,
+// and a loop at its capacity touched several times its peak in use in address space and called the
+// driver in every step (section 0, "The frontier at the device's limit"). The rule holds across the two indexes a request looks in, its own
 // stream's free blocks and those free for every stream: which index a block is in says only
 // whether an event has been seen to complete, and placement must not depend on that. An arena
 // that aliases (pool_options::alias_free_handles) keeps the rule within each index: across them

@@ -118,6 +118,32 @@ TEST(PoolGrowth, AWastefulFitServesWithinTheBudgetAndAnExtensionBeyondIt) {
   }
 }
 
+// The frontier is the unmapped room at the end of an address range, not a hole handed back inside
+// the mapped memory: the free block beside such a hole keeps its best fit. Passed over as if it
+// were the frontier, a loop at the device's limit (where the out-of-memory path opens holes in
+// every step) laid out after its hand-backs and never settled (docs/RESULTS.md, section 0, "The
+// frontier at the device's limit").
+TEST(PoolGrowth, AFreeBlockBesideAHoleHandedBackKeepsItsBestFit) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  void* x = p.allocate(6 * MiB);
+  void* hole = p.allocate(8 * MiB);
+  void* keeper = p.allocate(2 * MiB);
+  void* y = p.allocate(8 * MiB);
+  void* top = p.allocate(2 * MiB);  // keeps y away from the frontier
+  p.deallocate(hole);
+  ASSERT_EQ(p.release(), 8 * MiB);  // the hole's handle goes back: unmapped room just above x
+  p.deallocate(x);
+  p.deallocate(y);
+  const std::uint64_t calls = p.stats().driver.memory_calls();
+  void* request = p.allocate(6 * MiB);
+  EXPECT_EQ(request, x) << "the exact fit beside the hole was passed over for the block at " << y;
+  EXPECT_EQ(p.stats().driver.memory_calls(), calls);
+  p.deallocate(request);
+  p.deallocate(keeper);
+  p.deallocate(top);
+}
+
 // reset_peak_stats() brings the reported peaks down to now (as torch.cuda.reset_peak_memory_stats)
 // and leaves the growth budget its whole history: the wasteful-fit choice above, made after a
 // 200 MiB peak, is the same in a pool whose peaks were reset (had the budget forgotten the 200 MiB,
