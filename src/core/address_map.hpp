@@ -4,10 +4,10 @@
 // node allocation per insert and a pointer chase per lookup; this table is one flat array of
 // (address, block) pairs with backward-shift deletion (no tombstones, so lookups stay short however
 // many allocations come and go). It is kept at most a quarter full: each probe past the home slot
-// is a branch the CPU cannot predict, and at half full an insert and an erase cost the random mix
-// about 13 ns more per call (docs/RESULTS.md, section 3, "The live-allocation table at a quarter
-// full"), for 64 bytes of host memory per live allocation instead of 32. Address 0 marks an empty
-// slot; no device allocation starts at 0.
+// is a branch the CPU cannot predict, and at half full those probes were the largest cost of an
+// allocate and a free in the random mix that the pool's own work could shed (docs/RESULTS.md,
+// section 3, "The live-allocation table at a quarter full"), for 64 bytes of host memory per live
+// allocation instead of 32. Address 0 marks an empty slot; no device allocation starts at 0.
 #pragma once
 
 #include <cstddef>

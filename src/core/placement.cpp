@@ -36,13 +36,14 @@
 // measured with and without the rule in docs/RESULTS.md, section 0). A hole inside the mapped
 // memory, where handles were handed back (release, stealing, the out-of-memory path), is not the
 // frontier: at the device's limit such holes open wherever the out-of-memory path handed back, a
-// rule that passed over the blocks beside them made each step's layout follow those hand-backs,
-// and a loop at its capacity touched several times its peak in use in address space and called the
-// driver in every step (section 0, "The frontier at the device's limit"). The rule holds across the two indexes a request looks in, its own
-// stream's free blocks and those free for every stream: which index a block is in says only
-// whether an event has been seen to complete, and placement must not depend on that. An arena
-// that aliases (pool_options::alias_free_handles) keeps the rule within each index: across them
-// the aliasing pool held more, the loader most (docs/RESULTS.md, section 0).
+// rule that passed over the blocks beside them made each step's layout follow those hand-backs, and
+// a loop at its capacity touched several times its peak in use in address space and called the
+// driver in every step (section 0, "The frontier at the device's limit"). The rule holds across the
+// two indexes a request looks in, its own stream's free blocks and those free for every stream:
+// which index a block is in says only whether an event has been seen to complete, and placement
+// must not depend on that. An arena that aliases (pool_options::alias_free_handles) keeps the rule
+// within each index: across them the aliasing pool held more, the loader most (docs/RESULTS.md,
+// section 0).
 //
 // Extension instead of a wasteful fit, when growth would pass the pool's budget: when the best fit
 // would waste more than 1/16 of the request (or none fits) and a smaller free block (of any

@@ -92,7 +92,7 @@ TEST(ReplayNearCapacity, AMixtureOfExpertsLoopFailsNothingOnAGpuThreeHundredthsL
 
 // Holes the out-of-memory path handed back are not the frontier for placement: before, the blocks
 // beside them were passed over, each step's layout followed the hand-backs, and this loop touched
-// four times its peak in use in address space and made 66,175 driver calls in every later pass
+// several times its peak in use in address space and called the driver in every pass
 // (docs/RESULTS.md, section 0, "The frontier at the device's limit").
 TEST(ReplayNearCapacity, ACheckpointedLlamaLoopSettlesOnAGpuATenthLargerThanItsPeak) {
   const trace t = read_bundled_trace("hf_llama_ckpt_accum.csv.gz");
