@@ -3,7 +3,9 @@
 # simulated H200, printing tidepool beside the allocators users have today, and writes the same as
 # one HTML page of charts and tables (`tidepool view`): $REPORT, else $OUT/report.html, else
 # build/report.html. Extra arguments go to `tidepool view` (e.g. --passes 3). Then the same traces
-# with the experimental option alias_free_handles, one line each.
+# with the experimental option alias_free_handles, one line each, and on a simulated GPU only a
+# tenth larger than each trace's peak in use (a program whose batch was sized to its GPU), beside
+# expandable segments: failed allocations and the driver calls of the steady state.
 # Then workloads the pool was not tuned on: the loader generated with seeds 2-10 and the synthetic
 # traces of bench/synthetic/make_traces.py (MoE, serving, random mix, checkpointed training, RL,
 # data-parallel with a communication stream, fully sharded data-parallel on three streams, two
@@ -23,6 +25,9 @@ tool="$root/build/tools/tidepool"
 echo
 echo "=== The experimental option alias_free_handles (replay --alias) on the bundled traces, beside expandable segments"
 "$tool" replay "$root"/traces/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --alias
+echo
+echo "=== On a GPU a tenth larger than each trace's peak in use (replay --capacity 1.10x), beside expandable segments"
+"$tool" replay "$root"/traces/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --capacity 1.10x
 
 seeds=${UNSEEN_SEEDS-1 2 3 4 5 6 7 8 9 10}
 [ -n "$seeds" ] || exit 0

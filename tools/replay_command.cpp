@@ -218,8 +218,8 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   auto* json = command->add_flag("--json", settings->json, "print one JSON array instead of tables");
   command
       ->add_flag("--brief", settings->brief,
-                 "one line per trace (tidepool beside expandable segments, the goals missed) and the goals "
-                 "over all traces, instead of tables")
+                 "one line per trace (tidepool beside expandable segments, failed allocations if any, the "
+                 "goals missed) and the goals over all traces, instead of tables")
       ->excludes(json);
   command
       ->add_option("--passes", settings->passes,

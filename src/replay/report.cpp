@@ -158,7 +158,13 @@ std::optional<goal_verdicts> check_goals(const std::vector<replay_result>& resul
                               static_cast<double>(expandable->held_after_release_bytes);
     }
   }
-  if (pool->passes.size() > 2) v.no_calls_after_pass_two = late_driver_calls(*pool) == 0;
+  v.failures = pool->failures;
+  if (expandable != nullptr) v.expandable_failures = expandable->failures;
+  if (pool->passes.size() > 2) {
+    v.late_calls = late_driver_calls(*pool);
+    v.no_calls_after_pass_two = *v.late_calls == 0;
+    if (expandable != nullptr && expandable->passes.size() > 2) v.expandable_late_calls = late_driver_calls(*expandable);
+  }
   v.after_release_within_bound = static_cast<double>(pool->held_after_release_bytes) <=
                                  static_cast<double>(after_release_bound(*pool));
   return v;
@@ -221,6 +227,13 @@ void goal_tally::add(const goal_verdicts& v) {
     ++with_three_passes;
     no_calls_after_pass_two += *v.no_calls_after_pass_two ? 1 : 0;
   }
+  with_failures += v.failures != 0 ? 1 : 0;
+  expandable_with_failures += v.expandable_failures.value_or(0) != 0 ? 1 : 0;
+  if (v.late_calls && v.expandable_late_calls) {
+    ++with_late_calls_of_both;
+    late_calls += *v.late_calls;
+    expandable_late_calls += *v.expandable_late_calls;
+  }
 }
 
 std::string format_goals_brief(const goal_verdicts& v) {
@@ -232,6 +245,10 @@ std::string format_goals_brief(const goal_verdicts& v) {
   if (!v.after_release_within_bound) missed.push_back("after release");
   std::string out = fmt::format("{}: tidepool {:.3f} first pass, {:.3f} worst pass", v.trace, v.first_ratio, v.held_ratio);
   if (v.expandable_ratio) out += fmt::format("; expandable {:.3f}", *v.expandable_ratio);
+  if (v.failures != 0 || v.expandable_failures.value_or(0) != 0) {
+    out += fmt::format("; failed allocations {}", v.failures);
+    if (v.expandable_failures) out += fmt::format(" (expandable {})", *v.expandable_failures);
+  }
   if (missed.empty()) return out + "; every goal met\n";
   std::string list;
   for (const char* goal : missed) list += list.empty() ? goal : fmt::format(", {}", goal);
@@ -252,6 +269,17 @@ std::string format_goal_tally(const goal_tally& t) {
   if (t.with_three_passes != 0) {
     out += fmt::format("  no driver call after the second pass: met on {} of {}\n", t.no_calls_after_pass_two,
                        t.with_three_passes);
+  }
+  if (t.with_failures != 0 || t.expandable_with_failures != 0) {
+    out += fmt::format("  a failed allocation: tidepool on {} of {}", t.with_failures, t.traces);
+    if (t.compared_with_expandable != 0) {
+      out += fmt::format(", expandable segments on {} of {}", t.expandable_with_failures, t.compared_with_expandable);
+    }
+    out += "\n";
+  }
+  if (t.late_calls != 0 || t.expandable_late_calls != 0) {
+    out += fmt::format("  driver calls after the second pass, summed over {} traces: tidepool {}, expandable segments {}\n",
+                       t.with_late_calls_of_both, t.late_calls, t.expandable_late_calls);
   }
   out += fmt::format("  held after release within live at end in 2 MiB pages + 2%: met on {} of {}\n",
                      t.after_release_within_bound, t.traces);

@@ -40,6 +40,10 @@ struct goal_verdicts {
   bool after_release_within_bound = false;      ///< held after release <= live at end in 2 MiB pages + 2%
   std::optional<double> driver_time_ratio;      ///< first-pass driver time over expandable's (both > 0)
   std::optional<double> after_release_ratio;    ///< held after release over expandable's (both > 0)
+  std::uint64_t failures = 0;                   ///< tidepool's failed allocations (a device too small)
+  std::optional<std::uint64_t> expandable_failures;  ///< expandable segments' failed allocations
+  std::optional<std::uint64_t> late_calls;             ///< tidepool's driver calls in pass 3 and later
+  std::optional<std::uint64_t> expandable_late_calls;  ///< expandable segments' (both with 3+ passes)
 };
 
 /// format_goals' checks on one trace's results; nullopt when there is no tidepool result (or it
@@ -74,16 +78,26 @@ struct goal_tally {
   log_mean driver_time_over_expandable;
   log_mean after_release_over_expandable;
   unsigned after_release_not_above_expandable = 0;  ///< of after_release_over_expandable.count
+  /// On a device too small for some traces (`replay --capacity`): traces where each allocator
+  /// failed an allocation, and the driver calls of pass 3 and later summed over the traces both
+  /// were replayed on three times or more (the steady state a loop reaches at its capacity).
+  unsigned with_failures = 0;
+  unsigned expandable_with_failures = 0;  ///< of compared_with_expandable
+  std::uint64_t late_calls = 0;
+  std::uint64_t expandable_late_calls = 0;
+  unsigned with_late_calls_of_both = 0;   ///< traces counted in the two sums
 
   void add(const goal_verdicts& v);
 };
 
-/// One line per trace (tidepool's first pass and worst pass beside expandable's, and the goals
-/// missed), for replays of many traces (`tidepool replay --brief`).
+/// One line per trace (tidepool's first pass and worst pass beside expandable's, the failed
+/// allocations of either when there are any, and the goals missed), for replays of many traces
+/// (`tidepool replay --brief`).
 [[nodiscard]] std::string format_goals_brief(const goal_verdicts& v);
 
 /// The tally as a few lines: each goal, met on how many traces of how many, and the geometric
-/// means of tidepool's figures over expandable segments'.
+/// means of tidepool's figures over expandable segments'; where any allocation failed or any call
+/// came after the second pass, those of each allocator too.
 [[nodiscard]] std::string format_goal_tally(const goal_tally& tally);
 
 /// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,

@@ -254,6 +254,36 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
             std::string::npos)
       << text;
   EXPECT_EQ(goal_tally{}.held_over_expandable.value(), 1.0);
+  // Nothing failed and no call came after pass 2: the tally says nothing of either.
+  EXPECT_EQ(text.find("a failed allocation"), std::string::npos) << text;
+  EXPECT_EQ(text.find("summed over"), std::string::npos) << text;
+
+  // On a device too small (`replay --capacity`): tidepool failed 3 allocations and called the
+  // driver 7 times in pass 3, expandable segments failed none and called 11 times.
+  replay_result tight = pool;
+  tight.trace = "tight.csv.gz";
+  tight.failures = 3;
+  tight.passes.back().driver_calls = 7;
+  replay_result tight_expandable = expandable;
+  tight_expandable.passes.back().driver_calls = 11;
+  const std::optional<goal_verdicts> t = check_goals({tight, tight_expandable});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->failures, 3u);
+  EXPECT_EQ(t->expandable_failures, std::optional<std::uint64_t>(0));
+  EXPECT_EQ(t->late_calls, std::optional<std::uint64_t>(7));
+  EXPECT_EQ(t->expandable_late_calls, std::optional<std::uint64_t>(11));
+  EXPECT_EQ(format_goals_brief(*t), "tight.csv.gz: tidepool 1.040 first pass, 1.040 worst pass; expandable 1.050; "
+                                    "failed allocations 3 (expandable 0); NOT met: <= 1.03, no calls after pass 2, "
+                                    "after release\n");
+  tally.add(*t);
+  const std::string tight_text = format_goal_tally(tally);
+  EXPECT_NE(tight_text.find("a failed allocation: tidepool on 1 of 4, expandable segments on 0 of 3"),
+            std::string::npos)
+      << tight_text;
+  EXPECT_NE(tight_text.find("driver calls after the second pass, summed over 2 traces: tidepool 7, expandable "
+                            "segments 11"),
+            std::string::npos)
+      << tight_text;
 }
 
 TEST(ReplayReport, TableSaysLiveAllocationsAreLeftAllocated) {
