@@ -82,6 +82,9 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   if (grow(where, size, s.slot) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }
+  // Growth failed at the device's limit (or the byte cap): from here handles are smaller, so that
+  // what live blocks pin can be handed back (page_table.cpp).
+  pages_.set_at_limit(true);
   return out_of_memory_path(where, size, requested, s);
 }
 

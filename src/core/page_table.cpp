@@ -8,9 +8,14 @@
 // large handle only while it is wholly free) stays pinned by the last of them. 24 MiB, a little
 // above expandable segments' 20 MiB pages, is the largest cap measured at which what the loader
 // keeps live holds within the H200 retention test's bound after release; larger caps left handles
-// each pinned by one small block (docs/RESULTS.md, section 0). Regions that map idle handles a second time
-// (aliases) keep 64 MiB: an alias spans whole handles, and smaller ones made later passes map
-// aliases again. Small arenas use the granularity: small blocks share pages, and a page goes back
+// each pinned by one small block (docs/RESULTS.md, section 0). At the device's limit (once the
+// pool's out-of-memory path has run, until release()) the cap is 8 MiB: there the free rest of a
+// handle that a live block pins is memory no request can use and the out-of-memory path cannot
+// hand back, and with 24 MiB handles loops at their capacity stranded enough of it to fail
+// allocations on devices where expandable segments ran (docs/RESULTS.md, section 0, "Handles at
+// the device's limit"); the calls more handles cost are paid only by a pool at its limit. Regions
+// that map idle handles a second time (aliases) keep 64 MiB: an alias spans whole handles, and
+// smaller ones made later passes map aliases again. Small arenas use the granularity: small blocks share pages, and a page goes back
 // only when none of them is live. How large handles are split when a block would pin a small part
 // of one is placement.cpp's; the measured frontier is in docs/RESULTS.md.
 #include "core/page_table.hpp"
@@ -26,6 +31,7 @@
 namespace tidepool::detail {
 namespace {
 constexpr std::size_t max_large_handle_granules = 12;    // 24 MiB at the usual 2 MiB granularity
+constexpr std::size_t max_handle_granules_at_limit = 4;  // 8 MiB
 constexpr std::size_t max_aliased_handle_granules = 32;  // 64 MiB
 // One sequence for every pool's exports in this process: an export id is never reused here.
 std::atomic<std::uint64_t> last_export_id{0};
@@ -235,7 +241,8 @@ std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, b
 }
 
 std::size_t page_table::largest_growth_handle(bool aliasing) const noexcept {
-  return (aliasing ? max_aliased_handle_granules : max_large_handle_granules) * granularity_;
+  if (aliasing) return max_aliased_handle_granules * granularity_;
+  return (at_limit_ ? max_handle_granules_at_limit : max_large_handle_granules) * granularity_;
 }
 
 // --- sleep and wake (pool::sleep, sleep_wake.cpp) ---

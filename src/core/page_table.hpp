@@ -146,6 +146,11 @@ class page_table {
   /// The largest handle growth makes in a large region that aliases or not (handle_size_for's cap).
   /// Only wake() makes larger ones (join_slept).
   [[nodiscard]] std::size_t largest_growth_handle(bool aliasing) const noexcept;
+  /// Whether the pool is at the device's limit: its out-of-memory path has run since the last
+  /// release(). There growth and placement's splits make smaller handles (see the policy in
+  /// page_table.cpp); the pool says so (growth.cpp) and release() ends it.
+  void set_at_limit(bool at_limit) noexcept { at_limit_ = at_limit; }
+  [[nodiscard]] bool at_limit() const noexcept { return at_limit_; }
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }
@@ -200,6 +205,7 @@ class page_table {
   // Names handle `id` (or no_handle) as what backs the granules of [at, at + size) in `range`.
   void name_pages(address_range& range, device_address at, std::size_t size, std::uint32_t id) noexcept;
 
+  bool at_limit_ = false;
   std::size_t aliased_ = 0;
   std::size_t held_ = 0;
   std::size_t peak_held_ = 0;

@@ -8,9 +8,10 @@
 // limit the out-of-memory path hands back only what the growth it plans lacks (usually a few
 // granules above the largest free block), not the request's whole size, which gave up cached
 // blocks the next requests needed: two loops that failed allocations on tight devices run to the
-// end (section 0, "What the window lacks"). And the holes handed back there are not the frontier
-// placement keeps free for growth: a loop at its capacity settles (section 0, "The frontier at the
-// device's limit").
+// end (section 0, "What the window lacks"). The holes handed back there are not the frontier
+// placement keeps free for growth, so a loop at its capacity settles (section 0, "The frontier at
+// the device's limit"); and there growth makes smaller handles, so that live blocks strand less of
+// what the out-of-memory path could hand back (section 0, "Handles at the device's limit").
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -93,20 +94,29 @@ TEST(ReplayNearCapacity, AMixtureOfExpertsLoopFailsNothingOnAGpuThreeHundredthsL
 // Holes the out-of-memory path handed back are not the frontier for placement: before, the blocks
 // beside them were passed over, each step's layout followed the hand-backs, and this loop touched
 // several times its peak in use in address space and called the driver in every pass
-// (docs/RESULTS.md, section 0, "The frontier at the device's limit").
+// (docs/RESULTS.md, section 0, "The frontier at the device's limit"). It settles by its fourth pass.
 TEST(ReplayNearCapacity, ACheckpointedLlamaLoopSettlesOnAGpuATenthLargerThanItsPeak) {
   const trace t = read_bundled_trace("hf_llama_ckpt_accum.csv.gz");
   replay_options options;
-  options.passes = 3;
+  options.passes = 4;
   const replay_result pool = replay_trace(t, "tidepool", device_for(t, 1.10), options);
-  ASSERT_EQ(pool.passes.size(), 3u);
-  std::printf("hf_llama_ckpt_accum at 1.10x: held / live %.4f, %.4f, %.4f; driver calls %llu, %llu, %llu\n",
+  ASSERT_EQ(pool.passes.size(), 4u);
+  std::printf("hf_llama_ckpt_accum at 1.10x: held / live %.4f, %.4f, %.4f, %.4f; driver calls %llu, %llu, %llu, %llu\n",
               pool.passes[0].held_ratio(), pool.passes[1].held_ratio(), pool.passes[2].held_ratio(),
-              static_cast<unsigned long long>(pool.passes[0].driver_calls),
+              pool.passes[3].held_ratio(), static_cast<unsigned long long>(pool.passes[0].driver_calls),
               static_cast<unsigned long long>(pool.passes[1].driver_calls),
-              static_cast<unsigned long long>(pool.passes[2].driver_calls));
+              static_cast<unsigned long long>(pool.passes[2].driver_calls),
+              static_cast<unsigned long long>(pool.passes[3].driver_calls));
   EXPECT_EQ(pool.failures, 0u);
-  EXPECT_EQ(pool.passes[2].driver_calls, 0u);
+  EXPECT_EQ(pool.passes[3].driver_calls, 0u);
+}
+
+// Its 2 GB logits request missed on a GPU a twentieth larger than its peak: the free memory lay in
+// the free rests of 24 MiB handles that live blocks pinned, which the out-of-memory path cannot
+// hand back. At the device's limit growth now makes smaller handles (docs/RESULTS.md, section 0,
+// "Handles at the device's limit").
+TEST(ReplayNearCapacity, AVariableLengthGptLoopFailsNothingOnAGpuATwentiethLargerThanItsPeak) {
+  expect_no_failure_on_a_tight_device("gpt_vary.csv.gz", 1.05);
 }
 
 }  // namespace
