@@ -150,7 +150,6 @@ class page_table {
   /// release(). There growth and placement's splits make smaller handles (see the policy in
   /// page_table.cpp); the pool says so (growth.cpp) and release() ends it.
   void set_at_limit(bool at_limit) noexcept { at_limit_ = at_limit; }
-  [[nodiscard]] bool at_limit() const noexcept { return at_limit_; }
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }
