@@ -37,14 +37,6 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     const std::size_t held = pages_.held_bytes();
     if (held > held_before) (void)release_free(held - held_before, any_tick, &where, true);
   };
-  // What the driver can still give, within the cap and headroom.
-  auto creatable_bytes = [&]() -> std::size_t {
-    const std::size_t driver_free = calls_.memory_info().free;
-    const std::size_t held = pages_.held_bytes();
-    std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
-    if (byte_cap_ != everything) creatable = std::min(creatable, held < byte_cap_ ? byte_cap_ - held : 0);
-    return creatable;
-  };
   // Whether growth can serve the request now: what the driver can still give, and free handles
   // handed back for the rest, only when those cover it (else releasing them only costs the program
   // their re-creation later). With the virtual memory API growth maps only what its window lacks:
@@ -55,7 +47,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   // is planned, only what it lacks goes back, never the free blocks its window joins, and
   // open_window() takes the cheapest room (retry, below).
   auto make_room = [&]() -> bool {
-    const std::size_t creatable = creatable_bytes();
+    const std::size_t creatable = creatable_bytes(calls_.memory_info().free);
     // Whole free handles of every arena (what stealing or releasing can reach), counted once.
     std::optional<std::size_t> whole_handles;
     auto whole_free_handles = [&]() {
@@ -155,13 +147,18 @@ std::size_t pool_impl::largest_possible(std::size_t driver_free) {
     largest_block = std::max(largest_block, a->largest_free_block());
     whole_handles += a->whole_free_handle_bytes();
   }
-  std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
-  const std::size_t held = pages_.held_bytes();
-  if (byte_cap_ != everything) creatable = std::min(creatable, held < byte_cap_ ? byte_cap_ - held : 0);
+  const std::size_t creatable = creatable_bytes(driver_free);
   // With the virtual memory API, whole free handles are stolen under any request; without it,
   // only a wholly free segment goes back (counted in whole_handles) to make room.
   const std::size_t grown = round_down(whole_handles + creatable, pages_.granularity());
   return std::max(largest_block, grown);
+}
+
+std::size_t pool_impl::creatable_bytes(std::size_t driver_free) const noexcept {
+  std::size_t creatable = driver_free > options_.headroom ? driver_free - options_.headroom : 0;
+  const std::size_t held = pages_.held_bytes();
+  if (byte_cap_ != everything) creatable = std::min(creatable, held < byte_cap_ ? byte_cap_ - held : 0);
+  return creatable;
 }
 
 }  // namespace tidepool::detail

@@ -470,6 +470,9 @@ class pool_impl {
   }
   block* out_of_memory_path(arena& where, std::size_t size, std::size_t requested, stream_state& s);
   [[nodiscard]] std::size_t largest_possible(std::size_t driver_free);
+  /// What growth may still create when the driver has `driver_free` bytes free: within the
+  /// headroom and the byte cap.
+  [[nodiscard]] std::size_t creatable_bytes(std::size_t driver_free) const noexcept;
 
   std::shared_ptr<driver> driver_;
   int device_;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "tidepool/pool.hpp"
@@ -247,6 +248,13 @@ inline sim_config small_device(std::size_t capacity = 1024 * MiB, bool virtual_m
   config.virtual_memory = virtual_memory;
   config.devices_with_context = {0};
   return config;
+}
+
+// The sizes of the physical handles `p` holds.
+inline std::multiset<std::size_t> handle_sizes(pool& p) {
+  std::multiset<std::size_t> sizes;
+  for (const handle_description& h : p.describe().handles) sizes.insert(h.size);
+  return sizes;
 }
 
 }  // namespace tidepool::testing

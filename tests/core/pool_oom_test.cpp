@@ -205,20 +205,15 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  auto handle_sizes = [&p] {
-    std::multiset<std::size_t> sizes;
-    for (const handle_description& h : p.describe().handles) sizes.insert(h.size);
-    return sizes;
-  };
   void* a = checker.allocate(96 * MiB);
   void* b = checker.allocate(96 * MiB);
   const std::vector<std::size_t> eight_large(8, 24 * MiB);
-  EXPECT_EQ(handle_sizes(), std::multiset<std::size_t>(eight_large.begin(), eight_large.end()));
+  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(eight_large.begin(), eight_large.end()));
   checker.free(a);
   // 120 MiB fits no free block and the device has 64 MiB left: the out-of-memory path hands back
   // what the growth above b lacks, and that growth is made at the limit.
   void* c = checker.allocate(120 * MiB);
-  const std::multiset<std::size_t> at_limit = handle_sizes();
+  const std::multiset<std::size_t> at_limit = handle_sizes(p);
   EXPECT_EQ(at_limit.count(8 * MiB), 15u) << "c's 120 MiB in 8 MiB handles";
   EXPECT_EQ(at_limit.count(24 * MiB), 5u) << "b's four and what is left of a's";
   checker.check();
@@ -226,9 +221,9 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   checker.free(c);
   sim->run_until_idle();
   (void)p.release();
-  EXPECT_TRUE(handle_sizes().empty());
+  EXPECT_TRUE(handle_sizes(p).empty());
   void* d = checker.allocate(48 * MiB);
-  EXPECT_EQ(handle_sizes(), (std::multiset<std::size_t>{24 * MiB, 24 * MiB})) << "release() ended the limit";
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{24 * MiB, 24 * MiB})) << "release() ended the limit";
   checker.check();
   checker.free(d);
 }

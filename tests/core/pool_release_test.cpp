@@ -191,13 +191,6 @@ TEST(PoolRelease, ABlockCarvedWhileItsStreamsFreeIsQueuedLeavesTheHandleWhole) {
   EXPECT_EQ(carve_from_own_free(1000.0, 4 * MiB).held_after_release, largest_handle);
 }
 
-// The sizes of the handles `p` holds.
-std::multiset<std::size_t> handle_sizes(pool& p) {
-  std::multiset<std::size_t> sizes;
-  for (const handle_description& h : p.describe().handles) sizes.insert(h.size);
-  return sizes;
-}
-
 // A block that touches every granule of a large handle it cuts keeps the handle whole, though it
 // covers less than three quarters of it: it pins the whole handle while it lives either way, and
 // a split would cost an unmap, a release and two new handles.
