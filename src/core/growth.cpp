@@ -79,6 +79,7 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
     ~growth_served() { a.serve_growth(false); }
   } restore{where};
   where.serve_growth(true);
+  if (pages_.at_limit()) leave_limit_if_device_has_room();
   if (grow(where, size, s.slot) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }
@@ -86,6 +87,18 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   // what live blocks pin can be handed back (page_table.cpp).
   pages_.set_at_limit(true);
   return out_of_memory_path(where, size, requested, s);
+}
+
+void pool_impl::leave_limit_if_device_has_room() {
+  // Looked at before growth only, never from the out-of-memory path: the room that path has just
+  // handed back is the limit's, not the device's. A quarter of what the pool holds is more room
+  // than a loop running at its capacity finds at a growth, so such a loop stays at the limit; a
+  // program that met the limit once (a warm-up, another process since gone, a byte cap since
+  // raised, a sleep) finds it at its next growth. One cuMemGetInfo, and only while at the limit.
+  constexpr std::size_t room_of_held_inverse = 4;
+  if (creatable_bytes(calls_.memory_info().free) >= pages_.held_bytes() / room_of_held_inverse) {
+    pages_.set_at_limit(false);
+  }
 }
 
 double pool_impl::budget_with(double slack, std::size_t size) const noexcept {

@@ -9,15 +9,16 @@
 // segments' 20 MiB pages, is the largest cap measured at which what the loader keeps live holds
 // within the H200 retention test's bound after release; larger caps left handles each pinned by one
 // small block (docs/RESULTS.md, section 0). At the device's limit (once the pool's out-of-memory
-// path has run, until release()) the cap is 8 MiB: there the free rest of a handle that a live
-// block pins is memory no request can use and the out-of-memory path cannot hand back, and with
-// 24 MiB handles loops at their capacity stranded enough of it to fail allocations on devices where
-// expandable segments ran (docs/RESULTS.md, section 0, "Handles at the device's limit"); the calls
-// more handles cost are paid only by a pool at its limit. Regions that map idle handles a second
-// time (aliases) keep 64 MiB: an alias spans whole handles, and smaller ones made later passes map
-// aliases again. Small arenas use the granularity: small blocks share pages, and a page goes back
-// only when none of them is live. How large handles are split when a block would pin a small part
-// of one is placement.cpp's; the measured frontier is in docs/RESULTS.md.
+// path has run, until release() or the device has room again: growth.cpp) the cap is 8 MiB: there
+// the free rest of a handle that a live block pins is memory no request can use and the
+// out-of-memory path cannot hand back, and with 24 MiB handles loops at their capacity stranded
+// enough of it to fail allocations on devices where expandable segments ran (docs/RESULTS.md,
+// section 0, "Handles at the device's limit"); the calls more handles cost are paid only by a pool
+// at its limit. Regions that map idle handles a second time (aliases) keep 64 MiB: an alias spans
+// whole handles, and smaller ones made later passes map aliases again. Small arenas use the
+// granularity: small blocks share pages, and a page goes back only when none of them is live. How
+// large handles are split when a block would pin a small part of one is placement.cpp's; the
+// measured frontier is in docs/RESULTS.md.
 #include "core/page_table.hpp"
 
 #include <fcntl.h>

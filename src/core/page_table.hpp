@@ -146,10 +146,11 @@ class page_table {
   /// The largest handle growth makes in a large region that aliases or not (handle_size_for's cap).
   /// Only wake() makes larger ones (join_slept).
   [[nodiscard]] std::size_t largest_growth_handle(bool aliasing) const noexcept;
-  /// Whether the pool is at the device's limit: its out-of-memory path has run since the last
-  /// release(). There growth and placement's splits make smaller handles (see the policy in
-  /// page_table.cpp); the pool says so (growth.cpp) and release() ends it.
+  /// Whether the pool is at the device's limit: its out-of-memory path has run, and since then
+  /// neither release() nor a growth that found the device with room again (growth.cpp) ended it.
+  /// There growth and placement's splits make smaller handles (see the policy in page_table.cpp).
   void set_at_limit(bool at_limit) noexcept { at_limit_ = at_limit; }
+  [[nodiscard]] bool at_limit() const noexcept { return at_limit_; }
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }

@@ -228,6 +228,60 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   checker.free(d);
 }
 
+// The limit ends when the device has room again: here a byte cap met and then raised (as
+// torch.cuda.set_per_process_memory_fraction may). While the room left is short of a quarter of
+// what the pool holds, growth keeps making 8 MiB handles; after the raise, 24 MiB ones.
+TEST(PoolOutOfMemory, TheLimitEndsWhenTheDeviceHasRoomAgain) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool_options options;
+  options.byte_cap = 96 * MiB;
+  pool p(sim, 0, options);
+  pool_checker checker(*sim, p);
+  void* a = checker.allocate(48 * MiB);
+  void* b = checker.allocate(24 * MiB);
+  checker.free(a);
+  // 60 MiB fits no free block and the cap leaves 24 MiB: a's handles go back, and the growth is
+  // made at the limit.
+  void* c = checker.allocate(60 * MiB);
+  std::multiset<std::size_t> sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(24 * MiB), 1u) << "b's handle only";
+  EXPECT_EQ(*sizes.rbegin(), 24 * MiB);
+  EXPECT_EQ(p.stats().mapped_bytes, 84 * MiB);
+  // 12 MiB left under the cap, short of a quarter of 84: still the limit.
+  void* d = checker.allocate(12 * MiB);
+  sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(24 * MiB), 1u);
+  EXPECT_EQ(sizes.count(12 * MiB), 0u) << "d in handles of 8 MiB at most";
+  checker.check();
+  p.set_byte_cap(1024 * MiB);
+  void* e = checker.allocate(96 * MiB);
+  sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(24 * MiB), 5u) << "e in four 24 MiB handles: the limit has ended";
+  checker.check();
+  for (void* x : {b, c, d, e}) checker.free(x);
+}
+
+// The same when the room comes from another process (here another pool on the device) handing
+// back what it held: the next growth sees it and makes 24 MiB handles again.
+TEST(PoolOutOfMemory, TheLimitEndsWhenAnotherProcessGivesMemoryBack) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool other(sim, 0);
+  void* others = other.allocate(160 * MiB);
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* a = checker.allocate(48 * MiB);
+  void* b = checker.allocate(24 * MiB);
+  checker.free(a);
+  void* c = checker.allocate(60 * MiB);  // the device has 24 MiB left: at the limit
+  EXPECT_EQ(handle_sizes(p).count(24 * MiB), 1u);
+  other.deallocate(others);
+  (void)other.release();
+  void* d = checker.allocate(96 * MiB);
+  EXPECT_EQ(handle_sizes(p).count(24 * MiB), 5u) << "d in four 24 MiB handles";
+  checker.check();
+  for (void* x : {b, c, d}) checker.free(x);
+}
+
 // A request larger than the byte cap can never fit: it fails at once, with no driver call, and the
 // cache stays for the smaller request a program tries next (the cache used to be unmapped and
 // released first: 377 driver calls, and 216 more to get back to where it was).
