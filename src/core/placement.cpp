@@ -17,7 +17,10 @@
 // three quarters or more keeps the handle whole: it pins at most a quarter of the handle (6 MiB of
 // a 24 MiB one, less than one 20 MiB page of PyTorch's expandable segments), and the same shapes
 // coming back cost nothing. So does a block that touches every granule of the handle: it pins the
-// whole handle by itself.
+// whole handle by itself. At the device's limit, where growth's handles are 8 MiB, a block keeps
+// whole a handle it leaves at most half of one (4 MiB) uncovered: a loop at its capacity places new
+// shapes in every step, and splitting them cost more calls than the pinned rest saved allocations
+// (docs/RESULTS.md, section 0, "Splits at the device's limit").
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
 // known complete (the pool queries the covering event), and otherwise leaves the handle whole.
@@ -163,6 +166,12 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   const device_address to = std::min(h.at + h.size, end);
   const std::size_t covered = to > from ? to - from : 0;
   if (4 * covered >= 3 * h.size && 4 * (h.size - covered) <= pages_.largest_growth_handle(settings_.aliases)) {
+    return false;
+  }
+  // At the device's limit (growth's handles 8 MiB): a block leaving at most half of one uncovered
+  // keeps the handle whole, pinning at most 4 MiB more, where a split would cost an unmap, a
+  // release and new handles in every step of a loop at its capacity.
+  if (pages_.at_limit() && !settings_.aliases && 2 * (h.size - covered) <= pages_.largest_growth_handle(false)) {
     return false;
   }
   // A block that touches every granule of the handle pins all of it while it lives, split or not:

@@ -228,6 +228,37 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   checker.free(d);
 }
 
+// At the limit a block that leaves at most half of an 8 MiB handle (4 MiB) uncovered keeps the
+// handle whole: placing it makes no driver call. One that leaves more splits the handle, as below
+// the limit, so that the free rest can go back. (Below the limit the 20 MiB block would keep its 24
+// MiB handle too; at the limit, before this rule, it split it: 4 MiB is more than a quarter of
+// growth's 8 MiB handles there.)
+TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool_options options;
+  options.byte_cap = 64 * MiB;
+  pool p(sim, 0, options);
+  pool_checker checker(*sim, p);
+  void* x = checker.allocate(64 * MiB);
+  const std::multiset<std::size_t> grown{16 * MiB, 24 * MiB, 24 * MiB};
+  ASSERT_EQ(handle_sizes(p), grown);
+  EXPECT_THROW((void)p.allocate(8 * MiB), out_of_memory);  // the cap is met: the pool is at its limit
+  checker.free(x);
+  sim->run_until_idle();
+  std::uint64_t calls = p.stats().driver.memory_calls();
+  void* most = checker.allocate(20 * MiB);
+  EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "4 MiB of a 24 MiB handle left uncovered: kept whole";
+  EXPECT_EQ(handle_sizes(p), grown);
+  checker.free(most);
+  sim->run_until_idle();
+  calls = p.stats().driver.memory_calls();
+  void* less = checker.allocate(16 * MiB);
+  EXPECT_GT(p.stats().driver.memory_calls(), calls) << "8 MiB left uncovered: split";
+  EXPECT_NE(handle_sizes(p), grown);
+  checker.check();
+  checker.free(less);
+}
+
 // The limit ends when the device has room again: here a byte cap met and then raised (as
 // torch.cuda.set_per_process_memory_fraction may). While the room left is short of a quarter of
 // what the pool holds, growth keeps making 8 MiB handles; after the raise, 24 MiB ones.

@@ -94,21 +94,23 @@ TEST(ReplayNearCapacity, AMixtureOfExpertsLoopFailsNothingOnAGpuThreeHundredthsL
 // Holes the out-of-memory path handed back are not the frontier for placement: before, the blocks
 // beside them were passed over, each step's layout followed the hand-backs, and this loop touched
 // several times its peak in use in address space and called the driver in every pass
-// (docs/RESULTS.md, section 0, "The frontier at the device's limit"). It settles by its fourth pass.
+// (docs/RESULTS.md, section 0, "The frontier at the device's limit"). It settles by its fifth pass
+// (its fourth before blocks at the limit kept handles they leave half uncovered whole: fewer calls
+// in the first three, 113 in the fourth; section 0, "Splits at the device's limit").
 TEST(ReplayNearCapacity, ACheckpointedLlamaLoopSettlesOnAGpuATenthLargerThanItsPeak) {
   const trace t = read_bundled_trace("hf_llama_ckpt_accum.csv.gz");
   replay_options options;
-  options.passes = 4;
+  options.passes = 5;
   const replay_result pool = replay_trace(t, "tidepool", device_for(t, 1.10), options);
-  ASSERT_EQ(pool.passes.size(), 4u);
-  std::printf("hf_llama_ckpt_accum at 1.10x: held / live %.4f, %.4f, %.4f, %.4f; driver calls %llu, %llu, %llu, %llu\n",
-              pool.passes[0].held_ratio(), pool.passes[1].held_ratio(), pool.passes[2].held_ratio(),
-              pool.passes[3].held_ratio(), static_cast<unsigned long long>(pool.passes[0].driver_calls),
-              static_cast<unsigned long long>(pool.passes[1].driver_calls),
-              static_cast<unsigned long long>(pool.passes[2].driver_calls),
-              static_cast<unsigned long long>(pool.passes[3].driver_calls));
+  ASSERT_EQ(pool.passes.size(), 5u);
+  std::printf("hf_llama_ckpt_accum at 1.10x, passes 1-5:");
+  for (const auto& pass : pool.passes) {
+    std::printf(" held / live %.4f, %llu driver calls;", pass.held_ratio(),
+                static_cast<unsigned long long>(pass.driver_calls));
+  }
+  std::printf("\n");
   EXPECT_EQ(pool.failures, 0u);
-  EXPECT_EQ(pool.passes[3].driver_calls, 0u);
+  EXPECT_EQ(pool.passes[4].driver_calls, 0u);
 }
 
 // Its 2 GB logits request missed on a GPU a twentieth larger than its peak: the free memory lay in
