@@ -95,8 +95,8 @@ TEST(ReplayNearCapacity, AMixtureOfExpertsLoopFailsNothingOnAGpuThreeHundredthsL
 // beside them were passed over, each step's layout followed the hand-backs, and this loop touched
 // several times its peak in use in address space and called the driver in every pass
 // (docs/RESULTS.md, section 0, "The frontier at the device's limit"). It settles by its fifth pass
-// (its fourth before blocks at the limit kept handles they leave half uncovered whole: fewer calls
-// in the first three, 113 in the fourth; section 0, "Splits at the device's limit").
+// (by its fourth before the keep-whole rule at the limit, which cuts the calls of the first three:
+// section 0, "Splits at the device's limit").
 TEST(ReplayNearCapacity, ACheckpointedLlamaLoopSettlesOnAGpuATenthLargerThanItsPeak) {
   const trace t = read_bundled_trace("hf_llama_ckpt_accum.csv.gz");
   replay_options options;

@@ -1,8 +1,8 @@
 """torch.cuda.set_per_process_memory_fraction under PyTorch's allocator or tidepool.torch.use():
-with the fraction of the GPU that is about 6 GiB allowed (0.043 on an H200, 0.076 on an H100: a
-fixed fraction allowed less than 4 GiB on the smaller card), 4 GiB is allocated, 4 GiB more is
-refused with PyTorch's out-of-memory error (the first 4 GiB kept), get_per_process_memory_fraction
-reads the fraction back, and after 1.0 the second 4 GiB goes through. `mode`: "default" (PyTorch's allocator) or "tidepool". Prints the
+with the fraction of the GPU that is about 6 GiB allowed (a fixed fraction allowed less than 4 GiB
+on smaller cards), 4 GiB is allocated, 4 GiB more is refused with PyTorch's out-of-memory error
+(the first 4 GiB kept), get_per_process_memory_fraction reads the fraction back, and after 1.0 the
+second 4 GiB goes through. `mode`: "default" (PyTorch's allocator) or "tidepool". Prints the
 figures as JSON."""
 
 import sys
