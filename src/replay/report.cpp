@@ -160,6 +160,10 @@ std::optional<goal_verdicts> check_goals(const std::vector<replay_result>& resul
   }
   v.failures = pool->failures;
   if (expandable != nullptr) v.expandable_failures = expandable->failures;
+  v.first_calls = pool->passes.front().driver_calls;
+  if (expandable != nullptr && !expandable->passes.empty()) {
+    v.expandable_first_calls = expandable->passes.front().driver_calls;
+  }
   if (pool->passes.size() > 2) {
     v.late_calls = late_driver_calls(*pool);
     v.no_calls_after_pass_two = *v.late_calls == 0;
@@ -233,6 +237,8 @@ void goal_tally::add(const goal_verdicts& v) {
     ++with_late_calls_of_both;
     late_calls += *v.late_calls;
     expandable_late_calls += *v.expandable_late_calls;
+    first_calls += v.first_calls;
+    expandable_first_calls += v.expandable_first_calls.value_or(0);
   }
 }
 
@@ -278,6 +284,8 @@ std::string format_goal_tally(const goal_tally& t) {
     out += "\n";
   }
   if (t.late_calls != 0 || t.expandable_late_calls != 0) {
+    out += fmt::format("  driver calls in the first pass, summed over {} traces: tidepool {}, expandable segments {}\n",
+                       t.with_late_calls_of_both, t.first_calls, t.expandable_first_calls);
     out += fmt::format("  driver calls after the second pass, summed over {} traces: tidepool {}, expandable segments {}\n",
                        t.with_late_calls_of_both, t.late_calls, t.expandable_late_calls);
   }

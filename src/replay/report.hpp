@@ -44,6 +44,8 @@ struct goal_verdicts {
   std::optional<std::uint64_t> expandable_failures;  ///< expandable segments' failed allocations
   std::optional<std::uint64_t> late_calls;             ///< tidepool's driver calls in pass 3 and later
   std::optional<std::uint64_t> expandable_late_calls;  ///< expandable segments' (both with 3+ passes)
+  std::uint64_t first_calls = 0;                        ///< tidepool's driver calls in the first pass
+  std::optional<std::uint64_t> expandable_first_calls;  ///< expandable segments'
 };
 
 /// format_goals' checks on one trace's results; nullopt when there is no tidepool result (or it
@@ -80,12 +82,15 @@ struct goal_tally {
   unsigned after_release_not_above_expandable = 0;  ///< of after_release_over_expandable.count
   /// On a device too small for some traces (`replay --capacity`): traces where each allocator
   /// failed an allocation, and the driver calls of pass 3 and later summed over the traces both
-  /// were replayed on three times or more (the steady state a loop reaches at its capacity).
+  /// were replayed on three times or more (the steady state a loop reaches at its capacity), with
+  /// the first pass's calls over the same traces (what one run of each program makes).
   unsigned with_failures = 0;
   unsigned expandable_with_failures = 0;  ///< of compared_with_expandable
   std::uint64_t late_calls = 0;
   std::uint64_t expandable_late_calls = 0;
-  unsigned with_late_calls_of_both = 0;   ///< traces counted in the two sums
+  std::uint64_t first_calls = 0;
+  std::uint64_t expandable_first_calls = 0;
+  unsigned with_late_calls_of_both = 0;   ///< traces counted in the four sums
 
   void add(const goal_verdicts& v);
 };

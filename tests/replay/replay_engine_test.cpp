@@ -284,6 +284,13 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
                             "segments 11"),
             std::string::npos)
       << tight_text;
+  // And what one run of each makes, over the same two traces: 10 + 10 against 20 + 20.
+  EXPECT_EQ(t->first_calls, 10u);
+  EXPECT_EQ(t->expandable_first_calls, std::optional<std::uint64_t>(20));
+  EXPECT_NE(tight_text.find("driver calls in the first pass, summed over 2 traces: tidepool 20, expandable "
+                            "segments 40"),
+            std::string::npos)
+      << tight_text;
 }
 
 TEST(ReplayReport, TableSaysLiveAllocationsAreLeftAllocated) {
