@@ -33,6 +33,8 @@
 # gpt-vary:14.2 hf-llama-train:19.5", about 1.05x, 1.10x and 1.03x their peak in use: which of them
 # runs to the end there (a run that fails there is a finding: the step does not fail for it); sim's
 # `tidepool replay --capacity` predicts it, docs/RESULTS.md).
+# STEP_TIMEOUT (seconds, default none) stops any step that runs longer, so that a call with a time
+# limit of its own still gets every log back (python-gpu alone took over 9 minutes on an H100).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -54,7 +56,8 @@ step() {  # $1: log name; the rest: the command
   local name=$1; shift
   [[ $steps == *" $name "* ]] || return 0
   echo "=== $name: $*"
-  "$@" > "$logs/$name.txt" 2>&1; local rc=$?
+  timeout "${STEP_TIMEOUT:-0}" "$@" > "$logs/$name.txt" 2>&1; local rc=$?
+  [ $rc -eq 124 ] && echo "=== $name: stopped after STEP_TIMEOUT=${STEP_TIMEOUT}s" >> "$logs/$name.txt"
   tail -25 "$logs/$name.txt"
   [ $rc -eq 0 ] || { echo "=== $name FAILED (rc $rc)"; status=1; }
 }
