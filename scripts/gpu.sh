@@ -34,7 +34,7 @@
 # runs to the end there (a run that fails there is a finding: the step does not fail for it); sim's
 # `tidepool replay --capacity` predicts it, docs/RESULTS.md).
 # STEP_TIMEOUT (seconds, default none) stops any step that runs longer, so that a call with a time
-# limit of its own still gets every log back (python-gpu alone took over 9 minutes on an H100).
+# limit of its own still gets every log back (python-gpu alone can outlast a 10-minute call).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}

@@ -202,6 +202,10 @@ class TIDEPOOL_API driver {
   virtual driver_status mem_free(int device, device_address address) = 0;
 
   [[nodiscard]] virtual device_memory_info memory_info(int device) = 0;
+  /// memory_info(device).free alone, for callers that need nothing else: the pool asks it at every
+  /// growth while at the device's limit and at every retry of its out-of-memory path. A driver that
+  /// finds the other figures dearly (cuda: NVML's list of processes) answers this without them.
+  [[nodiscard]] virtual std::size_t free_bytes(int device) { return memory_info(device).free; }
 
   /// The UUID of `device`, which names one GPU to every process (the per-GPU ledger of processes
   /// sharing it is keyed by it). Needs no context. not_supported where a driver has none.

@@ -79,6 +79,9 @@ class driver_calls {
   device_memory_info memory_info() {
     return counted(driver_call::mem_get_info, 0, [&] { return driver_.memory_info(device_); });
   }
+  std::size_t free_bytes() {
+    return counted(driver_call::mem_get_info, 0, [&] { return driver_.free_bytes(device_); });
+  }
   driver_status event_create(event_t* out) {
     return counted(driver_call::event_create, 0, [&] { return driver_.event_create(device_, out); });
   }

@@ -96,7 +96,7 @@ void pool_impl::leave_limit_if_device_has_room() {
   // program that met the limit once (a warm-up, another process since gone, a byte cap since
   // raised, a sleep) finds it at its next growth. One cuMemGetInfo, and only while at the limit.
   constexpr std::size_t room_of_held_inverse = 4;
-  if (creatable_bytes(calls_.memory_info().free) >= pages_.held_bytes() / room_of_held_inverse) {
+  if (creatable_bytes(calls_.free_bytes()) >= pages_.held_bytes() / room_of_held_inverse) {
     pages_.set_at_limit(false);
   }
 }
@@ -124,7 +124,7 @@ bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
   }
   if (options_.headroom != 0) {
     if (headroom_budget == std::numeric_limits<std::size_t>::max()) {
-      const std::size_t free = calls_.memory_info().free;
+      const std::size_t free = calls_.free_bytes();
       headroom_budget = free > options_.headroom ? free - options_.headroom : 0;
     }
     if (bytes > headroom_budget) return false;

@@ -47,7 +47,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   // is planned, only what it lacks goes back, never the free blocks its window joins, and
   // open_window() takes the cheapest room (retry, below).
   auto make_room = [&]() -> bool {
-    const std::size_t creatable = creatable_bytes(calls_.memory_info().free);
+    const std::size_t creatable = creatable_bytes(calls_.free_bytes());
     // Whole free handles of every arena (what stealing or releasing can reach), counted once.
     std::optional<std::size_t> whole_handles;
     auto whole_free_handles = [&]() {
@@ -133,7 +133,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   report.requested_bytes = requested;
   report.in_use_bytes = in_use_;
   report.cached_bytes = pages_.held_bytes() - in_use_;
-  report.driver_free_bytes = calls_.memory_info().free;
+  report.driver_free_bytes = calls_.free_bytes();
   report.largest_possible_bytes = largest_possible(report.driver_free_bytes);
   report.byte_cap = byte_cap_;
   if (recording_) note(recorded_event::kind::allocate_failure, 0, requested, s.stream);

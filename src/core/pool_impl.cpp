@@ -299,7 +299,7 @@ bool pool_impl::owns(const void* ptr) {
 std::size_t pool_impl::available_bytes() {
   std::lock_guard guard(lock_);
   flush_parked();
-  return largest_possible(calls_.memory_info().free);
+  return largest_possible(calls_.free_bytes());
 }
 
 pool_stats pool_impl::stats() {

@@ -398,7 +398,7 @@ void pool_impl::wake() {
       report.device = device_;
       report.requested_bytes = asleep_bytes_;
       report.in_use_bytes = in_use_;
-      report.driver_free_bytes = calls_.memory_info().free;
+      report.driver_free_bytes = calls_.free_bytes();
       report.byte_cap = byte_cap_;
       report.largest_possible_bytes = std::min(report.driver_free_bytes, byte_cap_);
       throw wake_out_of_memory(report);

@@ -78,10 +78,10 @@ std::size_t available_bytes(int device) {
   const auto drv = default_driver();
   detail::check_device(*drv, device);
   // No pool yet: what a pool made now with the default options could map. The driver answers
-  // memory_info without opening a context (NVML on cuda).
+  // free memory without opening a context (NVML on cuda).
   const pool_options options = detail::default_pool_options();
-  const device_memory_info info = drv->memory_info(device);
-  std::size_t bytes = info.free > options.headroom ? info.free - options.headroom : 0;
+  const std::size_t free = drv->free_bytes(device);
+  std::size_t bytes = free > options.headroom ? free - options.headroom : 0;
   bytes = std::min(bytes, options.byte_cap);
   const std::size_t page = drv->granularity(device);
   return page > 0 ? bytes / page * page : bytes;

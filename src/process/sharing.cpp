@@ -135,7 +135,7 @@ std::size_t ask_neighbours(int device, std::size_t bytes_needed) {
   const std::size_t rounded = (bytes_needed + page - 1) / page * page;
   const std::size_t need = rounded + p->options().headroom;
   auto missing = [&]() -> std::size_t {
-    const std::size_t free = drv->memory_info(device).free;
+    const std::size_t free = drv->free_bytes(device);
     return need > free ? need - free : 0;
   };
   std::size_t lacking = missing();

@@ -348,35 +348,42 @@ driver_status cuda_driver::device_uuid(int device, device_uuid_bytes* out) {
   return driver_status::success;
 }
 
+std::size_t cuda_driver::free_of(int device, std::size_t& total) {
+  if (has_context(device)) {
+    std::size_t free = 0;
+    std::size_t reported_total = 0;
+    if (in_context(device, driver_call::mem_get_info, [&] { return api_.cuMemGetInfo(&free, &reported_total); }) ==
+        driver_status::success) {
+      total = reported_total;
+      return free;
+    }
+    return 0;
+  }
+  // No context here, and none is opened just to read free memory: NVML tells without one.
+  if (const auto figures = nvml_process_memory::instance().memory(state(device).pci)) return figures->free;
+  return total;  // neither source: nothing of ours is there, others unknown
+}
+
 device_memory_info cuda_driver::memory_info(int device) {
   device_memory_info info;
   if (!valid(device)) return info;
   device_state& dev = state(device);
   info.total = dev.total_bytes;
-  nvml_process_memory& nvml = nvml_process_memory::instance();
-  const bool context_open = has_context(device);
-  if (context_open) {
-    std::size_t free = 0;
-    std::size_t total = 0;
-    if (in_context(device, driver_call::mem_get_info, [&] { return api_.cuMemGetInfo(&free, &total); }) ==
-        driver_status::success) {
-      info.free = free;
-      info.total = total;
-    }
-  } else if (const auto figures = nvml.memory(dev.pci)) {
-    // No context here, and none is opened just to read free memory: NVML tells without one.
-    info.free = figures->free;
-  } else {
-    info.free = info.total;  // neither source: nothing of ours is there, others unknown
-  }
-  if (const auto used = nvml.process_used(dev.pci)) {
+  info.free = free_of(device, info.total);
+  if (const auto used = nvml_process_memory::instance().process_used(dev.pci)) {
     info.process_used = *used;
   } else {
     // Not listed: without a context the process holds nothing there; with one, NVML either is
     // absent or hides our pid (another PID namespace), so the figure is unknown.
-    info.process_used = context_open ? device_memory_info::unknown_bytes : 0;
+    info.process_used = has_context(device) ? device_memory_info::unknown_bytes : 0;
   }
   return info;
+}
+
+std::size_t cuda_driver::free_bytes(int device) {
+  if (!valid(device)) return 0;
+  std::size_t total = state(device).total_bytes;
+  return free_of(device, total);
 }
 
 driver_status cuda_driver::stream_create(int device, stream_t* out) {

@@ -47,6 +47,7 @@ class cuda_driver final : public driver {
   driver_status mem_alloc(int device, std::size_t size, device_address* out) override;
   driver_status mem_free(int device, device_address address) override;
   [[nodiscard]] device_memory_info memory_info(int device) override;
+  [[nodiscard]] std::size_t free_bytes(int device) override;
   driver_status device_uuid(int device, device_uuid_bytes* out) override;
 
   driver_status stream_create(int device, stream_t* out) override;
@@ -94,6 +95,9 @@ class cuda_driver final : public driver {
     pci_location pci{};
     std::atomic<CUcontext> primary{nullptr};
   };
+
+  // Free memory on a valid `device`, and its total where the query gives one (else `total` is kept).
+  std::size_t free_of(int device, std::size_t& total);
 
   [[nodiscard]] bool valid(int device) const noexcept {
     return device >= 0 && static_cast<std::size_t>(device) < devices_.size();
