@@ -101,6 +101,21 @@ inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver
   }
 }
 
+/// Whether `call` waits for the GPU (an event, a stream or the whole device): what
+/// driver_call_counts::wait_calls counts. A pool waits on the out-of-memory path, before growth past
+/// its budget while the GPU runs behind, on release() and on sleep(); each wait lets the queued
+/// work drain before the program can queue more.
+[[nodiscard]] constexpr bool waits_for_gpu(driver_call call) noexcept {
+  switch (call) {
+    case driver_call::event_synchronize:
+    case driver_call::stream_synchronize:
+    case driver_call::device_synchronize:
+      return true;
+    default:
+      return false;
+  }
+}
+
 /// Name of a call, e.g. "mem_create".
 [[nodiscard]] TIDEPOOL_API std::string_view to_string(driver_call call) noexcept;
 
@@ -118,6 +133,9 @@ struct TIDEPOOL_API driver_call_counts {
   /// what "driver calls" means in replay reports.
   [[nodiscard]] std::uint64_t memory_calls() const noexcept;
   [[nodiscard]] double memory_us() const noexcept;
+  /// Calls that wait for the GPU (event, stream and device synchronization) and their time.
+  [[nodiscard]] std::uint64_t wait_calls() const noexcept;
+  [[nodiscard]] double wait_us() const noexcept;
   driver_call_counts& operator-=(const driver_call_counts& other) noexcept;
 };
 

@@ -17,6 +17,7 @@ def test_allocate_free_and_stats(tp):
     assert s.requested_bytes == before.requested_bytes + 3 * MiB + 4096
     assert s.mapped_bytes >= s.in_use_bytes >= s.requested_bytes
     assert s.driver_calls > 0
+    assert (s.waits, s.wait_microseconds) == (0, 0.0)  # no work queued on sim: nothing to wait for
     tp.deallocate(ptr, 0)
     tp.deallocate(kept)  # the device is found
     s = tp.stats(0)

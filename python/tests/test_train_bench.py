@@ -521,6 +521,17 @@ def test_the_table_says_what_the_pluggable_interface_cost():
     assert report.interface_costs(results[:1]) == []
 
 
+def test_the_table_says_how_often_tidepool_waited_for_the_gpu():
+    common = {"workload": "hf-llama-ckpt-accum", "warmup": 1, "shapes_digest": "d", "step_ms": [9.0, 10.0, 10.0],
+              "median_step_ms": 10.0}
+    results = [dict(common, allocator="expandable"),
+               dict(common, allocator="tidepool", waits=152, wait_ms=812.25),
+               dict(common, allocator="tidepool+record", waits=0, wait_ms=0.0)]
+    text = report.table(results)
+    assert "hf-llama-ckpt-accum / tidepool: waited for the GPU 152 times (812.2 ms)" in text
+    assert report.gpu_waits(results) == ["  hf-llama-ckpt-accum / tidepool: waited for the GPU 152 times (812.2 ms)"]
+
+
 def test_use_pluggable_async_routes_torch_to_the_named_library(monkeypatch):
     calls = []
 

@@ -48,6 +48,8 @@ class CStats(ctypes.Structure):
         ("thread_caches", ctypes.c_uint64),
         ("graph_kept_bytes", ctypes.c_uint64),
         ("graphs", ctypes.c_uint64),
+        ("waits", ctypes.c_uint64),
+        ("wait_microseconds", ctypes.c_double),
     ]
 
 

@@ -15,7 +15,9 @@ class Stats:
     the other figures count what those caches handed out, so they stay exact. graph_kept_bytes:
     free memory kept for CUDA graphs still alive (captured through tidepool), which only their
     capture reuses and release_cached_memory() leaves; graphs: how many such graphs (once per
-    stream each allocated on)."""
+    stream each allocated on). waits, wait_microseconds: how often and how long the pool waited for
+    the GPU (an event, a stream or the whole device: the out-of-memory path, growth past its
+    budget while the GPU runs behind, release, sleep); the queued work drains meanwhile."""
 
     device: int
     in_use_bytes: int
@@ -37,6 +39,8 @@ class Stats:
     thread_caches: int = 0
     graph_kept_bytes: int = 0
     graphs: int = 0
+    waits: int = 0
+    wait_microseconds: float = 0.0
 
 
 def stats(device=0):

@@ -36,6 +36,8 @@ tidepool_stats_t to_c_stats(const pool_stats& s) {
   c.thread_caches = s.thread_caches;
   c.graph_kept_bytes = s.graph_kept_bytes;
   c.graphs = s.graphs;
+  c.waits = s.driver.wait_calls();
+  c.wait_microseconds = s.driver.wait_us();
   return c;
 }
 

@@ -86,6 +86,22 @@ double driver_call_counts::memory_us() const noexcept {
   return sum;
 }
 
+std::uint64_t driver_call_counts::wait_calls() const noexcept {
+  std::uint64_t sum = 0;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    if (waits_for_gpu(static_cast<driver_call>(k))) sum += calls[k];
+  }
+  return sum;
+}
+
+double driver_call_counts::wait_us() const noexcept {
+  double sum = 0;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    if (waits_for_gpu(static_cast<driver_call>(k))) sum += microseconds[k];
+  }
+  return sum;
+}
+
 driver_call_counts& driver_call_counts::operator-=(const driver_call_counts& other) noexcept {
   for (std::size_t k = 0; k < driver_call_kinds; ++k) {
     calls[k] -= other.calls[k];

@@ -65,6 +65,43 @@ TEST_F(CApiProcess, StatsMirrorThePoolsFigures) {
   EXPECT_EQ(tidepool_deallocate(ptr, 1, nullptr), TIDEPOOL_SUCCESS);
 }
 
+TEST_F(CApiProcess, StatsCountTheWaitsForTheGpu) {
+  auto& sim = use_small_sim(2);
+  void* ptr = nullptr;
+  ASSERT_EQ(tidepool_allocate(8 * MiB, 0, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);  // opens the context
+  ASSERT_EQ(tidepool_deallocate(ptr, 0, nullptr), TIDEPOOL_SUCCESS);
+  stream_t s = nullptr;
+  ASSERT_EQ(sim.stream_create(0, &s), driver_status::success);
+  ASSERT_EQ(tidepool_allocate(8 * MiB, 0, s, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+  tidepool_stats_t stats{};
+  stats.struct_size = sizeof stats;
+  ASSERT_EQ(tidepool_stats(0, &stats), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(stats.waits, 0u);
+  // Freed behind queued work: release() waits for it before it unmaps.
+  sim.launch(0, s, 500.0, reinterpret_cast<device_address>(ptr), 8 * MiB);
+  ASSERT_EQ(tidepool_deallocate(ptr, 0, s), TIDEPOOL_SUCCESS);
+  std::size_t bytes = 0;
+  ASSERT_EQ(tidepool_release(0, &bytes), TIDEPOOL_SUCCESS);
+  EXPECT_GE(bytes, 8 * MiB);
+  EXPECT_EQ(sim.unsafe_unmap_count(), 0u);
+  ASSERT_EQ(tidepool_stats(0, &stats), TIDEPOOL_SUCCESS);
+  const pool_stats expected = device_pool(0).stats();
+  EXPECT_GE(stats.waits, 1u);
+  EXPECT_EQ(stats.waits, expected.driver.wait_calls());
+  EXPECT_EQ(stats.wait_microseconds, expected.driver.wait_us());
+  EXPECT_EQ(stats.waits, expected.driver.of(driver_call::event_synchronize) +
+                             expected.driver.of(driver_call::stream_synchronize) +
+                             expected.driver.of(driver_call::device_synchronize));
+  // A caller built before the field existed gets no more than its struct holds.
+  tidepool_stats_t older{};
+  older.struct_size = offsetof(tidepool_stats_t, waits);
+  older.waits = 12345;
+  ASSERT_EQ(tidepool_stats(0, &older), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(older.waits, 12345u);
+  EXPECT_EQ(older.graphs, stats.graphs);
+  ASSERT_EQ(tidepool_forget_stream(0, s), TIDEPOOL_SUCCESS);
+}
+
 TEST_F(CApiProcess, ResetPeakStatsBringsThePeaksDownToNow) {
   use_small_sim(2);
   EXPECT_EQ(tidepool_reset_peak_stats(1), TIDEPOOL_SUCCESS);  // no pool yet: nothing to do, none made

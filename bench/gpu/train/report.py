@@ -192,6 +192,16 @@ def interface_costs(results):
     return lines
 
 
+def gpu_waits(results):
+    """A line per tidepool run that waited for the GPU (an event, a stream or the whole device: its
+    out-of-memory path, growth past its budget while the GPU ran behind, release): each wait lets
+    the queued work drain before the program can queue more, time the driver-call column leaves
+    out."""
+    return [f"  {r['workload']} / {r['allocator']}: waited for the GPU {r['waits']} times "
+            f"({r.get('wait_ms', 0.0):.1f} ms)"
+            for r in results if "error" not in r and r.get("waits")]
+
+
 def table(results):
     """One row per run: step times and the median CPU time of a step (every thread of the process),
     peak in use, held / in use by the allocator's own count and by NVML, driver calls and time
@@ -221,6 +231,7 @@ def table(results):
                      _fmt(r.get("driver_ms"), ".1f"), _fmt(versus, ".3f"), _fmt(paired, ".3f")))
     notes.extend(recording_costs(results))
     notes.extend(interface_costs(results))
+    notes.extend(gpu_waits(results))
     for workload in sorted(best):
         digests = {r.get("shapes_digest") for r in results if r["workload"] == workload and "error" not in r}
         if len(digests) > 1:

@@ -180,6 +180,7 @@ def _tidepool_figures(tidepool, device):
             "out_of_memory_recoveries": s.out_of_memory_recoveries, "released_bytes": s.released_bytes,
             "thread_caches_at_end": s.thread_caches,
             "driver_calls": s.driver_calls, "driver_ms": s.driver_microseconds / 1000.0,
+            "waits": s.waits, "wait_ms": s.wait_microseconds / 1000.0,
             "tidepool_version": tidepool.version(), "tidepool_library": tidepool.library_path(),
             "tidepool_options": tidepool.get_pool_options(), "recording_path": tidepool.recording_path()}
 
