@@ -61,7 +61,9 @@ def test_cudnn_benchmark_set_by_the_program_trains_as_under_pytorchs_allocator()
 def test_per_process_memory_fraction_caps_what_pytorch_allocates(mode):
     require("torch")
     r = run_workload("torch_memory_fraction.py", mode)
-    assert r["read_back"] == r["fraction"], r
+    # PyTorch's own allocator keeps the fraction as bytes and reads back their quotient
+    # (0.07579999999290499 for 0.0758 on an 80 GB card); tidepool keeps the fraction itself.
+    assert r["read_back"] == (pytest.approx(r["fraction"], rel=1e-6) if mode == "default" else r["fraction"]), r
     assert r["second_within_the_fraction"].startswith("CUDA out of memory."), r
     assert r["first_intact"] and r["second_after_lifting"], r
     assert r["read_back_after_lifting"] == 1.0, r
