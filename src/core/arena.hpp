@@ -64,8 +64,9 @@ class arena {
   // --- fast path ---
   /// A free mapped block of at least `bytes` reusable on stream `slot`, split to `bytes` and
   /// marked live; nullptr if none. With `may_wait`, nullptr also when the best fit would cut a
-  /// handle that wake() joined while stream `slot`'s frees there are not known complete
-  /// (waits_for_frees() then says so): the pool waits for the stream and takes again.
+  /// handle larger than growth makes now (one that wake() joined, or at the device's limit one
+  /// made before it) while stream `slot`'s frees there are not known complete (waits_for_frees()
+  /// then says so): the pool waits for the stream and takes again.
   [[nodiscard]] block* take(std::size_t bytes, std::uint32_t slot, bool may_wait = false) {
     if (bytes >= granularity_ || guards_large_handles_) return take_placed(bytes, slot, may_wait);
     block* own = slots_[slot]->find(bytes);

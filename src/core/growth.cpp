@@ -52,8 +52,9 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
     hand_over_completed_frees();
     if (block* b = where.take(size, s.slot, true)) return b;
   }
-  // The best fit cuts a handle that wake() joined, and this stream's frees there are not known
-  // complete: wait for them, so the handle is split rather than kept whole under a smaller block.
+  // The best fit cuts a handle larger than growth makes now (wake() joined it, or it was made before
+  // the device's limit), and this stream's frees there are not known complete: wait for them, so
+  // the handle is split rather than kept whole under a smaller block (placement.cpp).
   if (where.waits_for_frees()) {
     wait_for_stream(s);
     if (block* b = where.take(size, s.slot)) return b;

@@ -24,11 +24,15 @@
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
 // known complete (the pool queries the covering event), and otherwise leaves the handle whole.
-// Handles that wake() joined under one live block (sleep_wake.cpp) are larger than growth makes:
-// the first block that cuts one splits it back into growth's sizes, and rather than leave it whole
-// for want of the stream's frees, the pool waits for them (take()'s may_wait, growth.cpp), once
-// per joined handle; a block covering three quarters of one keeps it whole only if the rest is no
-// more than a quarter of growth's largest handle.
+// A handle larger than growth makes now is split rather than left whole for want of the stream's
+// frees: the pool waits for them (take()'s may_wait, growth.cpp) and takes again, once per such
+// handle, since its pieces are growth's sizes. Those are the handles wake() joined under one live
+// block (sleep_wake.cpp), and at the device's limit, where growth makes 8 MiB handles, the 24 MiB
+// ones made before it: there the wait is what lets a block cut from the stream's fresh frees split
+// one, and those splits keep allocations from failing near the capacity; the waits cost a loop
+// there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's limit"). A
+// block covering three quarters of such a handle keeps it whole only if the rest is no more than a
+// quarter of growth's largest handle.
 //
 // The frontier: a free block below the unmapped room at the end of its address range is where
 // growth extends cheaply (a request larger than the block maps only the difference). Best fit
@@ -183,9 +187,10 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // work is still queued keeps its handle whole).
   if (c->owner == 0) return true;
   if (c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence)) return true;
-  // Kept whole, a handle that wake() joined (larger than growth makes) would be pinned whole by a
-  // small block: the pool waits for the stream instead, then takes again (take()'s may_wait), once
-  // per joined handle, since its pieces are growth's sizes.
+  // Kept whole, a handle larger than growth makes now (one that wake() joined, or at the device's
+  // limit one made before it) would be pinned whole by a small block: the pool waits for the
+  // stream instead, then takes again (take()'s may_wait), once per such handle, since its pieces
+  // are growth's sizes.
   if (may_wait_for_frees_ && c->owner == slot && h.size > pages_.largest_growth_handle(settings_.aliases)) {
     waits_for_frees_ = true;
   }
