@@ -259,6 +259,34 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
   checker.free(less);
 }
 
+// At the limit growth makes 8 MiB handles, and one made before it is larger: a block cut from its
+// stream's own fresh frees (the GPU still working behind them) waits for them and splits the
+// handle, as for one that wake() joined, rather than pin it whole. Those splits keep loops near
+// their capacity from failing (docs/RESULTS.md, section 0, "Six more rules at the device's limit").
+TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool_options options;
+  options.byte_cap = 64 * MiB;
+  pool p(sim, 0, options);
+  pool_checker checker(*sim, p);
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  void* x = checker.allocate(64 * MiB, s);
+  const std::multiset<std::size_t> grown{16 * MiB, 24 * MiB, 24 * MiB};
+  ASSERT_EQ(handle_sizes(p), grown);
+  EXPECT_THROW((void)p.allocate(8 * MiB, s), out_of_memory);  // the cap is met: the pool is at its limit
+  checker.free_after_work(x, 500.0);  // on s, behind queued work
+  const std::uint64_t waits = p.stats().driver.wait_calls();
+  void* small = checker.allocate(8 * MiB, s);
+  EXPECT_EQ(p.stats().driver.wait_calls(), waits + 1) << "waited for the stream's frees";
+  EXPECT_NE(handle_sizes(p), grown) << "and split the handle it cuts";
+  EXPECT_EQ(*handle_sizes(p).rbegin(), 24 * MiB) << "only that one";
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  checker.check();
+  checker.free(small);
+  p.forget_stream(s);
+}
+
 // The limit ends when the device has room again: here a byte cap met and then raised (as
 // torch.cuda.set_per_process_memory_fraction may). While the room left is short of a quarter of
 // what the pool holds, growth keeps making 8 MiB handles; after the raise, 24 MiB ones.
