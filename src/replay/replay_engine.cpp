@@ -104,9 +104,12 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
   std::unordered_map<stream_t, double> stream_tails;
   const bool lagging = sim != nullptr && options.gpu_lag_us > 0.0;
   std::int64_t last_row_us = total != 0 ? t.events[0].time_us : 0;
+  double trace_advance_us = 0;  // the clock moved by the trace's own time; the rest is waiting
   auto queue_work = [&](const trace_event& e) {
     // Rows are times of day: a step back (midnight) moves the clock by nothing.
-    sim->advance(static_cast<double>(std::max<std::int64_t>(0, e.time_us - last_row_us)));
+    const auto step = static_cast<double>(std::max<std::int64_t>(0, e.time_us - last_row_us));
+    sim->advance(step);
+    trace_advance_us += step;
     last_row_us = e.time_us;
     const stream_t stream = streams.get(e.stream);
     double& tail = stream_tails[stream];
@@ -121,6 +124,8 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
   for (unsigned pass = 0; pass < passes; ++pass) {
     pass_result p;
     const driver_call_counts pass_before = drv->call_counts();
+    const double clock_before = lagging ? sim->now() : 0.0;
+    const double trace_advance_before = trace_advance_us;
     p.peak_live_bytes = live_bytes;
     for (std::size_t i = 0; i < total; ++i) {
       const trace_event& e = t.events[i];
@@ -185,6 +190,10 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
     p.driver_calls = pass_counts.memory_calls();
     p.driver_us = pass_counts.memory_us();
     p.by_kind = pass_counts;
+    p.waits = pass_counts.wait_calls();
+    if (lagging) {
+      p.gpu_wait_us = std::max(0.0, (sim->now() - clock_before) - (trace_advance_us - trace_advance_before));
+    }
     r.peak_live_bytes = std::max(r.peak_live_bytes, p.peak_live_bytes);
     r.peak_held_bytes = std::max(r.peak_held_bytes, p.peak_held_bytes);
     r.passes.push_back(p);

@@ -43,6 +43,11 @@ struct pass_result {
   /// Every driver call of the pass by kind (create, map, set access, unmap, release, ...): where
   /// the driver time goes.
   driver_call_counts by_kind{};
+  /// Calls that waited for the GPU (event, stream or device synchronization) during the pass.
+  std::uint64_t waits = 0;
+  /// On sim with the GPU behind (replay_options::gpu_lag_us): how long the program stood waiting
+  /// for queued work during the pass, on sim's clock (the clock's advance beyond the trace's own).
+  double gpu_wait_us = 0;
 
   [[nodiscard]] double held_ratio() const noexcept {
     return peak_live_bytes == 0 ? 0.0 : static_cast<double>(peak_held_bytes) / static_cast<double>(peak_live_bytes);
@@ -104,8 +109,8 @@ struct replay_result {
   /// With replay_options::sample_every: one sample every that many rows, and one after the last.
   std::vector<replay_sample> samples;
 
-  /// The steady state: over the passes after the first, the worst held ratio, driver calls and
-  /// driver time (each its own worst); the first pass itself where there is only one.
+  /// The steady state: over the passes after the first, the worst held ratio, driver calls, driver
+  /// time and waits for the GPU (each its own worst); the first pass itself where there is only one.
   [[nodiscard]] pass_result steady_state() const noexcept {
     if (passes.size() <= 1) return passes.empty() ? pass_result{} : passes.front();
     pass_result worst;
@@ -119,6 +124,8 @@ struct replay_result {
       }
       worst.driver_calls = std::max(worst.driver_calls, p.driver_calls);
       worst.driver_us = std::max(worst.driver_us, p.driver_us);
+      worst.waits = std::max(worst.waits, p.waits);
+      worst.gpu_wait_us = std::max(worst.gpu_wait_us, p.gpu_wait_us);
     }
     return worst;
   }

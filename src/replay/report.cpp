@@ -360,6 +360,8 @@ std::string format_json(const std::vector<replay_result>& results) {
         kinds[std::string(to_string(k))] = {{"calls", p.by_kind.of(k)}, {"us", p.by_kind.us_of(k)}};
       }
       j["driver_by_kind"] = std::move(kinds);
+      j["waits"] = p.waits;
+      j["gpu_wait_us"] = p.gpu_wait_us;
       return j;
     };
     nlohmann::json passes = nlohmann::json::array();

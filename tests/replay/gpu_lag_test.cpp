@@ -119,5 +119,37 @@ TEST(ReplayGpuLag, FreesOnACommunicationStreamServeTheComputeStreamOnceTheirWork
   }
 }
 
+// A GPU too small for two buffers: the second, on another stream, needs the memory the first freed
+// behind queued work on its own stream, so the out-of-memory path waits for the GPU before it hands
+// that memory back. With the GPU behind, the replay counts the wait and the time the program stood
+// on sim's clock; keeping up, none.
+TEST(ReplayGpuLag, WaitsForTheGpuAreCountedAndTimedOnSimsClock) {
+  trace t;
+  t.name = "two_steps_at_capacity";
+  std::int64_t time = 0;
+  const std::uintptr_t first = 0x7f0000000000;
+  const std::uintptr_t second = 0x7f1000000000;
+  t.events.push_back({trace_action::allocate, 0, time += 10, first, 600 * MiB, compute});
+  t.events.push_back({trace_action::free, 0, time += 10, first, 600 * MiB, compute});
+  t.events.push_back({trace_action::allocate, 0, time += 10, second, 700 * MiB, communication});
+  t.events.push_back({trace_action::free, 0, time += 10, second, 700 * MiB, communication});
+  auto replay_at = [&](double lag_us) {
+    sim_config config;
+    config.capacity = 1024 * MiB;
+    replay_options options;
+    options.gpu_lag_us = lag_us;
+    return replay_trace(t, "tidepool", std::make_shared<sim_driver>(config), options);
+  };
+  const replay_result behind = replay_at(20'000.0);
+  EXPECT_EQ(behind.failures, 0u);
+  ASSERT_EQ(behind.passes.size(), 1u);
+  EXPECT_GE(behind.passes[0].waits, 1u);
+  EXPECT_GT(behind.passes[0].gpu_wait_us, 1'000.0) << "the 600 MiB block's work ran 20 ms behind";
+  EXPECT_LE(behind.passes[0].gpu_wait_us, 20'000.0);
+  const replay_result keeping_up = replay_at(0.0);
+  EXPECT_EQ(keeping_up.failures, 0u);
+  EXPECT_EQ(keeping_up.passes[0].gpu_wait_us, 0.0);
+}
+
 }  // namespace
 }  // namespace tidepool::replay::testing
