@@ -70,37 +70,25 @@ double driver_call_counts::total_us() const noexcept {
   return std::accumulate(microseconds.begin(), microseconds.end(), 0.0);
 }
 
-std::uint64_t driver_call_counts::memory_calls() const noexcept {
-  std::uint64_t sum = 0;
+namespace {
+// The sum of `values` over the kinds of call `pick` names.
+template <typename T>
+T sum_of_kinds(const std::array<T, driver_call_kinds>& values, bool (*pick)(driver_call) noexcept) noexcept {
+  T sum{};
   for (std::size_t k = 0; k < driver_call_kinds; ++k) {
-    if (moves_memory(static_cast<driver_call>(k))) sum += calls[k];
+    if (pick(static_cast<driver_call>(k))) sum += values[k];
   }
   return sum;
 }
+}  // namespace
 
-double driver_call_counts::memory_us() const noexcept {
-  double sum = 0;
-  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
-    if (moves_memory(static_cast<driver_call>(k))) sum += microseconds[k];
-  }
-  return sum;
-}
+std::uint64_t driver_call_counts::memory_calls() const noexcept { return sum_of_kinds(calls, moves_memory); }
 
-std::uint64_t driver_call_counts::wait_calls() const noexcept {
-  std::uint64_t sum = 0;
-  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
-    if (waits_for_gpu(static_cast<driver_call>(k))) sum += calls[k];
-  }
-  return sum;
-}
+double driver_call_counts::memory_us() const noexcept { return sum_of_kinds(microseconds, moves_memory); }
 
-double driver_call_counts::wait_us() const noexcept {
-  double sum = 0;
-  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
-    if (waits_for_gpu(static_cast<driver_call>(k))) sum += microseconds[k];
-  }
-  return sum;
-}
+std::uint64_t driver_call_counts::wait_calls() const noexcept { return sum_of_kinds(calls, waits_for_gpu); }
+
+double driver_call_counts::wait_us() const noexcept { return sum_of_kinds(microseconds, waits_for_gpu); }
 
 driver_call_counts& driver_call_counts::operator-=(const driver_call_counts& other) noexcept {
   for (std::size_t k = 0; k < driver_call_kinds; ++k) {
