@@ -90,8 +90,9 @@ typedef struct tidepool_stats_t {
   uint64_t graphs;                  /**< CUDA graphs the pool keeps memory for now (once per stream
                                          they allocated on) */
   uint64_t waits;                   /**< times this pool waited for the GPU (an event, a stream or
-                                         the whole device: the out-of-memory path, growth past
-                                         its budget while the GPU runs behind, release, sleep) */
+                                         the whole device: the out-of-memory path, a handle split
+                                         for a block from its stream's fresh frees, growth past its
+                                         budget while the GPU runs behind, release, sleep) */
   double wait_microseconds;         /**< their time (measured on cuda; on sim the call's modelled
                                          cost only, not the queued work's) */
 } tidepool_stats_t;

@@ -102,9 +102,10 @@ inline constexpr std::size_t driver_call_kinds = static_cast<std::size_t>(driver
 }
 
 /// Whether `call` waits for the GPU (an event, a stream or the whole device): what
-/// driver_call_counts::wait_calls counts. A pool waits on the out-of-memory path, before growth past
-/// its budget while the GPU runs behind, on release() and on sleep(); each wait lets the queued
-/// work drain before the program can queue more.
+/// driver_call_counts::wait_calls counts. A pool waits on the out-of-memory path, to split a handle
+/// for a block from its stream's fresh frees (placement.cpp), before growth past its budget while
+/// the GPU runs behind, on release() and on sleep(); each wait lets the queued work drain before
+/// the program can queue more.
 [[nodiscard]] constexpr bool waits_for_gpu(driver_call call) noexcept {
   switch (call) {
     case driver_call::event_synchronize:

@@ -16,8 +16,9 @@ class Stats:
     free memory kept for CUDA graphs still alive (captured through tidepool), which only their
     capture reuses and release_cached_memory() leaves; graphs: how many such graphs (once per
     stream each allocated on). waits, wait_microseconds: how often and how long the pool waited for
-    the GPU (an event, a stream or the whole device: the out-of-memory path, growth past its
-    budget while the GPU runs behind, release, sleep); the queued work drains meanwhile."""
+    the GPU (an event, a stream or the whole device: the out-of-memory path, a handle split for a
+    block from its stream's fresh frees, growth past its budget while the GPU runs behind,
+    release, sleep); the queued work drains meanwhile."""
 
     device: int
     in_use_bytes: int

@@ -194,9 +194,9 @@ def interface_costs(results):
 
 def gpu_waits(results):
     """A line per tidepool run that waited for the GPU (an event, a stream or the whole device: its
-    out-of-memory path, growth past its budget while the GPU ran behind, release): each wait lets
-    the queued work drain before the program can queue more, time the driver-call column leaves
-    out."""
+    out-of-memory path, a handle split for a block from its stream's fresh frees, growth past its
+    budget while the GPU ran behind, release): each wait lets the queued work drain before the
+    program can queue more, time the driver-call column leaves out."""
     return [f"  {r['workload']} / {r['allocator']}: waited for the GPU {r['waits']} times "
             f"({r.get('wait_ms', 0.0):.1f} ms)"
             for r in results if "error" not in r and r.get("waits")]
