@@ -73,6 +73,10 @@ std::optional<device_address> torch_caching_allocator::allocate(std::size_t byte
     b = expandable_ ? alloc_expandable(pool, stream, size) : alloc_segment(pool, stream, size);
     if (b == nullptr) {
       // PyTorch's retry: free all unsplit cached segments (unmap free pages), then try once more.
+      // Before it unmaps, PyTorch waits for the work queued on the segment's stream (cudaFree, in
+      // the default allocator, waits for the whole device by itself): on sim with the GPU behind
+      // (replay --gpu-lag-ms), the wait is on sim's clock as tidepool's are.
+      if (expandable_) (void)driver_->device_synchronize(device_);
       release();
       b = expandable_ ? alloc_expandable(pool, stream, size) : alloc_segment(pool, stream, size);
       if (b == nullptr) return std::nullopt;

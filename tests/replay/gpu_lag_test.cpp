@@ -122,7 +122,7 @@ TEST(ReplayGpuLag, FreesOnACommunicationStreamServeTheComputeStreamOnceTheirWork
 // A GPU too small for two buffers: the second, on another stream, needs the memory the first freed
 // behind queued work on its own stream, so the out-of-memory path waits for the GPU before it hands
 // that memory back. With the GPU behind, the replay counts the wait and the time the program stood
-// on sim's clock; keeping up, none.
+// on sim's clock; keeping up, none. Expandable segments' model the same.
 TEST(ReplayGpuLag, WaitsForTheGpuAreCountedAndTimedOnSimsClock) {
   trace t;
   t.name = "two_steps_at_capacity";
@@ -133,12 +133,12 @@ TEST(ReplayGpuLag, WaitsForTheGpuAreCountedAndTimedOnSimsClock) {
   t.events.push_back({trace_action::free, 0, time += 10, first, 600 * MiB, compute});
   t.events.push_back({trace_action::allocate, 0, time += 10, second, 700 * MiB, communication});
   t.events.push_back({trace_action::free, 0, time += 10, second, 700 * MiB, communication});
-  auto replay_at = [&](double lag_us) {
+  auto replay_at = [&](double lag_us, const char* allocator = "tidepool") {
     sim_config config;
     config.capacity = 1024 * MiB;
     replay_options options;
     options.gpu_lag_us = lag_us;
-    return replay_trace(t, "tidepool", std::make_shared<sim_driver>(config), options);
+    return replay_trace(t, allocator, std::make_shared<sim_driver>(config), options);
   };
   const replay_result behind = replay_at(20'000.0);
   EXPECT_EQ(behind.failures, 0u);
@@ -149,6 +149,11 @@ TEST(ReplayGpuLag, WaitsForTheGpuAreCountedAndTimedOnSimsClock) {
   const replay_result keeping_up = replay_at(0.0);
   EXPECT_EQ(keeping_up.failures, 0u);
   EXPECT_EQ(keeping_up.passes[0].gpu_wait_us, 0.0);
+  // Expandable segments' model waits before its retry unmaps, as PyTorch does.
+  const replay_result expandable = replay_at(20'000.0, "expandable");
+  EXPECT_EQ(expandable.failures, 0u);
+  EXPECT_GE(expandable.passes[0].waits, 1u);
+  EXPECT_GT(expandable.passes[0].gpu_wait_us, 1'000.0);
 }
 
 }  // namespace
