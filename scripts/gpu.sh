@@ -35,6 +35,8 @@
 # `tidepool replay --capacity` predicts it, docs/RESULTS.md).
 # STEP_TIMEOUT (seconds, default none) stops any step that runs longer, so that a call with a time
 # limit of its own still gets every log back (python-gpu alone can outlast a 10-minute call).
+# PYTHON_GPU_TESTS (file names in python/tests/gpu, default all) splits python-gpu over calls: on an
+# H100 test_frameworks_gpu.py alone takes over 400 s, the other files about 330 s.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}
@@ -65,8 +67,11 @@ step gpu-tests bash -c "cd '$build' && ctest -L gpu --output-on-failure -V --tim
 step bench-vmm "$build/bench/gpu/tidepool_vmm_calls_bench"
 step bench-compare "$build/bench/gpu/tidepool_compare_bench"
 step kernel-speed "$build/bench/gpu/tidepool_kernel_speed_bench"
+python_gpu_tests=()
+for f in ${PYTHON_GPU_TESTS:-}; do python_gpu_tests+=("$root/python/tests/gpu/$f"); done
+[ ${#python_gpu_tests[@]} -gt 0 ] || python_gpu_tests=("$root/python/tests/gpu")
 step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
-  python3 -m pytest -q -s "$root/python/tests/gpu"
+  python3 -m pytest -q -s --durations=15 "${python_gpu_tests[@]}"
 # The baselines that make one driver call per request (exact, cupy) take minutes on the recorded
 # training loops on a real GPU; the sim replay (scripts/main.sh) has them.
 step replay-cuda "$build/tools/tidepool" replay --device cuda --passes 2 --allocators tidepool,caching,expandable,async \
