@@ -35,8 +35,8 @@
 # `tidepool replay --capacity` predicts it, docs/RESULTS.md).
 # STEP_TIMEOUT (seconds, default none) stops any step that runs longer, so that a call with a time
 # limit of its own still gets every log back (python-gpu alone can outlast a 10-minute call).
-# PYTHON_GPU_TESTS (file names in python/tests/gpu, default all) splits python-gpu over calls: on an
-# H100 test_frameworks_gpu.py alone takes over 400 s, the other files about 330 s.
+# PYTHON_GPU_TESTS (file names in python/tests/gpu, default all) splits python-gpu over calls, for a
+# suite that outlasts one call (its times: docs/RESULTS.md, section 0, "On an H100 again").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 logs=${LOG_DIR:-${OUT:-$root/gpu-logs}}

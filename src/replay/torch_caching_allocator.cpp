@@ -74,8 +74,9 @@ std::optional<device_address> torch_caching_allocator::allocate(std::size_t byte
     if (b == nullptr) {
       // PyTorch's retry: free all unsplit cached segments (unmap free pages), then try once more.
       // Before it unmaps, PyTorch waits for the work queued on the segment's stream (cudaFree, in
-      // the default allocator, waits for the whole device by itself): on sim with the GPU behind
-      // (replay --gpu-lag-ms), the wait is on sim's clock as tidepool's are.
+      // the default allocator, waits for the whole device by itself). The model keeps no stream per
+      // segment, so it waits for the device: on sim with the GPU behind (replay --gpu-lag-ms) the
+      // wait is on sim's clock as tidepool's are.
       if (expandable_) (void)driver_->device_synchronize(device_);
       release();
       b = expandable_ ? alloc_expandable(pool, stream, size) : alloc_segment(pool, stream, size);
