@@ -532,6 +532,20 @@ def test_the_table_says_how_often_tidepool_waited_for_the_gpu():
     assert report.gpu_waits(results) == ["  hf-llama-ckpt-accum / tidepool: waited for the GPU 152 times (812.2 ms)"]
 
 
+def test_report_gives_what_each_allocator_held_after_release():
+    common = {"workload": "gpt-vary", "median_step_ms": 100.0, "step_ms": [100.0] * 12, "warmup": 2,
+              "peak_in_use_bytes": 4 << 30, "peak_held_bytes": 5 << 30}
+    results = [dict(common, allocator="default", held_after_release_bytes=3 << 30, live_at_release_bytes=2 << 30),
+               dict(common, allocator="tidepool", held_after_release_bytes=(9 << 30) // 4,
+                    live_at_release_bytes=2 << 30),
+               dict(common, allocator="pluggable-async"),
+               {"workload": "gpt-vary", "allocator": "expandable", "error": "OOM"}]
+    expected = ["  gpt-vary: held after release default 3.00 GiB, tidepool 2.25 GiB (live 2.00 GiB)"]
+    assert report.held_after_release(results) == expected
+    assert expected[0] in report.table(results)
+    assert report.held_after_release([dict(common, allocator="default")]) == []
+
+
 def test_use_pluggable_async_routes_torch_to_the_named_library(monkeypatch):
     calls = []
 

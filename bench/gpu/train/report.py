@@ -202,6 +202,22 @@ def gpu_waits(results):
             for r in results if "error" not in r and r.get("waits")]
 
 
+def held_after_release(results):
+    """A line per workload: what each allocator held after torch.cuda.empty_cache() at the end of
+    the run, over what was live then (the model, its optimizer state and what the loop kept)."""
+    lines = []
+    for workload in sorted({r["workload"] for r in results}):
+        cells = [f"{r['allocator']} {r['held_after_release_bytes'] / GiB:.2f} GiB"
+                 for r in results if r["workload"] == workload and "error" not in r
+                 and r.get("held_after_release_bytes") is not None]
+        live = [r["live_at_release_bytes"] for r in results if r["workload"] == workload and "error" not in r
+                and r.get("live_at_release_bytes") is not None]
+        if cells:
+            live_text = f" (live {max(live) / GiB:.2f} GiB)" if live else ""
+            lines.append(f"  {workload}: held after release {', '.join(cells)}{live_text}")
+    return lines
+
+
 def table(results):
     """One row per run: step times and the median CPU time of a step (every thread of the process),
     peak in use, held / in use by the allocator's own count and by NVML, driver calls and time
@@ -232,6 +248,7 @@ def table(results):
     notes.extend(recording_costs(results))
     notes.extend(interface_costs(results))
     notes.extend(gpu_waits(results))
+    notes.extend(held_after_release(results))
     for workload in sorted(best):
         digests = {r.get("shapes_digest") for r in results if r["workload"] == workload and "error" not in r}
         if len(digests) > 1:

@@ -285,7 +285,20 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
         seen = result.get("expandable_segments")
         if seen is not None and seen != (allocator == "expandable"):
             raise RuntimeError(f"allocator {allocator!r} ran with expandable_segments={seen}")
+    if allocator != catalog.PLUGGABLE_ASYNC:
+        result.update(_held_after_release(torch, tidepool, device))
     return result
+
+
+def _held_after_release(torch, tidepool, device):
+    """What the allocator still holds once its cache is handed back (torch.cuda.empty_cache, which
+    under tidepool.torch.use() releases tidepool's pool), with the loop's model, optimizer state and
+    whatever else the loop keeps still live: what a program gets back when it sleeps, switches phase
+    or shares the GPU. Read after every other figure, so that no peak moves."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    held = tidepool.stats(device).mapped_bytes if tidepool is not None else torch.cuda.memory_reserved(device)
+    return {"held_after_release_bytes": held, "live_at_release_bytes": torch.cuda.memory_allocated(device)}
 
 
 def worker(args):
