@@ -2,7 +2,9 @@
 // checked after every step: several seeds, thousands of operations, three streams, sizes from
 // 1 B to 64 MiB (log-uniform), both lifetime hints, work queued on blocks before they are freed,
 // a fifth of the frees on a random stream (maybe not the block's), record_stream, clock advances
-// and release() calls in between.
+// and release() calls in between; on a device with room for all of it, and on devices too small
+// for it, where allocations fail with out_of_memory (the out-of-memory path, the device's limit)
+// and every invariant must hold after each failure as after a success.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,16 +21,19 @@ struct random_case {
   unsigned seed;
   std::size_t small_threshold;
   std::size_t range_bytes = 0;  // 0: the default ranges (pool_options::address_range_bytes)
+  std::size_t device_bytes = 2048 * MiB;  // below 24 x 64 MiB, some allocations fail
+  double growth_slack = 1.0;              // pool_options::growth_slack
 };
 
 class PoolRandom : public ::testing::TestWithParam<random_case> {};
 
 TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
   const random_case param = GetParam();
-  auto sim = std::make_shared<sim_driver>(small_device(2048 * MiB));
+  auto sim = std::make_shared<sim_driver>(small_device(param.device_bytes));
   pool_options options;
   options.small_size_threshold = param.small_threshold;
   options.address_range_bytes = param.range_bytes;
+  options.growth_slack = param.growth_slack;
   pool p(sim, 0, options);
   pool_checker checker(*sim, p);
 
@@ -44,6 +49,7 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
   std::vector<void*> live;
   constexpr int operations = 2500;
   constexpr std::size_t max_live = 24;
+  int failures = 0;
 
   for (int op = 0; op < operations; ++op) {
     const double r = unit(rng);
@@ -51,9 +57,17 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
       const auto bytes = static_cast<std::size_t>(std::exp(log_size(rng)));
       const stream_t stream = streams[rng() % streams.size()];
       const lifetime hint = unit(rng) < 0.25 ? lifetime::persistent : lifetime::scratch;
-      void* ptr = checker.allocate(std::max<std::size_t>(bytes, 1), stream, hint);
-      if (unit(rng) < 0.05) p.record_stream(ptr, streams[rng() % streams.size()]);
-      live.push_back(ptr);
+      try {
+        void* ptr = checker.allocate(std::max<std::size_t>(bytes, 1), stream, hint);
+        if (unit(rng) < 0.05) p.record_stream(ptr, streams[rng() % streams.size()]);
+        live.push_back(ptr);
+      } catch (const out_of_memory&) {
+        // Only where the live set and the request cannot fit the device with room to spare.
+        std::size_t live_bytes = bytes;
+        for (void* q : live) live_bytes += p.allocation_size(q);
+        EXPECT_GT(2 * live_bytes, param.device_bytes) << "out of memory with the device at most half full";
+        ++failures;
+      }
     } else if (r < 0.95) {
       const std::size_t i = rng() % live.size();
       const double work_us = unit(rng) < 0.7 ? 10.0 + 200.0 * unit(rng) : 0.0;
@@ -86,6 +100,12 @@ TEST_P(PoolRandom, InvariantsHoldAfterEveryStep) {
   checker.check();
   EXPECT_EQ(p.stats().mapped_bytes, 0u);
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  // Room for 24 blocks of 64 MiB: nothing fails; a quarter of that or less: the out-of-memory path ran.
+  if (param.device_bytes >= max_live * 64 * MiB) {
+    EXPECT_EQ(failures, 0);
+  } else if (param.device_bytes <= 256 * MiB) {
+    EXPECT_GT(failures, 0);
+  }
 }
 
 // Exact release with large handles: requests from 1 MiB to 256 MiB (the large regions map handles
@@ -148,7 +168,9 @@ INSTANTIATE_TEST_SUITE_P(Seeds, PoolRandomRelease, ::testing::Values(11u, 12u, 1
 INSTANTIATE_TEST_SUITE_P(Seeds, PoolRandom,
                          ::testing::Values(random_case{1, MiB}, random_case{2, MiB}, random_case{3, MiB},
                                            random_case{4, 64 * KiB}, random_case{5, 4 * MiB},
-                                           random_case{6, MiB, 64 * MiB}));
+                                           random_case{6, MiB, 64 * MiB},
+                                           random_case{7, MiB, 0, 256 * MiB}, random_case{8, 64 * KiB, 0, 160 * MiB, 0.0},
+                                           random_case{9, 4 * MiB, 64 * MiB, 512 * MiB, 0.5}));
 
 }  // namespace
 }  // namespace tidepool::testing
