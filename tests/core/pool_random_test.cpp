@@ -21,7 +21,7 @@ struct random_case {
   unsigned seed;
   std::size_t small_threshold;
   std::size_t range_bytes = 0;  // 0: the default ranges (pool_options::address_range_bytes)
-  std::size_t device_bytes = 2048 * MiB;  // below 24 x 64 MiB, some allocations fail
+  std::size_t device_bytes = 2048 * MiB;  // with room for less than 24 blocks of 64 MiB, some may fail
   double growth_slack = 1.0;              // pool_options::growth_slack
 };
 
