@@ -546,6 +546,40 @@ def test_report_gives_what_each_allocator_held_after_release():
     assert report.held_after_release([dict(common, allocator="default")]) == []
 
 
+def test_held_after_release_empties_the_cache_first_and_reads_the_allocators_own_figure():
+    calls = []
+
+    class Cuda:
+        @staticmethod
+        def synchronize(device):
+            calls.append(("synchronize", device))
+
+        @staticmethod
+        def empty_cache():
+            calls.append("empty_cache")
+
+        @staticmethod
+        def memory_reserved(device):
+            return 3 << 30 if "empty_cache" in calls else 9 << 30
+
+        @staticmethod
+        def memory_allocated(device):
+            return 2 << 30
+
+    fake_torch = type("torch", (), {"cuda": Cuda})
+    assert train_bench._held_after_release(fake_torch, None, 0) == {"held_after_release_bytes": 3 << 30,
+                                                                    "live_at_release_bytes": 2 << 30}
+    assert calls == [("synchronize", 0), "empty_cache"]
+
+    class Tidepool:  # under tidepool, its own pool's mapped bytes
+        @staticmethod
+        def stats(device):
+            return type("stats", (), {"mapped_bytes": 5 << 29})
+
+    figures = train_bench._held_after_release(fake_torch, Tidepool, 0)
+    assert figures["held_after_release_bytes"] == 5 << 29
+
+
 def test_use_pluggable_async_routes_torch_to_the_named_library(monkeypatch):
     calls = []
 
