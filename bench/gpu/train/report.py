@@ -207,14 +207,14 @@ def held_after_release(results):
     the run, over what was live then (the model, its optimizer state and what the loop kept)."""
     lines = []
     for workload in sorted({r["workload"] for r in results}):
-        cells = [f"{r['allocator']} {r['held_after_release_bytes'] / GiB:.2f} GiB"
-                 for r in results if r["workload"] == workload and "error" not in r
-                 and r.get("held_after_release_bytes") is not None]
-        live = [r["live_at_release_bytes"] for r in results if r["workload"] == workload and "error" not in r
-                and r.get("live_at_release_bytes") is not None]
-        if cells:
-            live_text = f" (live {max(live) / GiB:.2f} GiB)" if live else ""
-            lines.append(f"  {workload}: held after release {', '.join(cells)}{live_text}")
+        runs = [r for r in results if r["workload"] == workload and "error" not in r
+                and r.get("held_after_release_bytes") is not None]
+        if not runs:
+            continue
+        cells = [f"{r['allocator']} {r['held_after_release_bytes'] / GiB:.2f} GiB" for r in runs]
+        live = [r["live_at_release_bytes"] for r in runs if r.get("live_at_release_bytes") is not None]
+        live_text = f" (live {max(live) / GiB:.2f} GiB)" if live else ""
+        lines.append(f"  {workload}: held after release {', '.join(cells)}{live_text}")
     return lines
 
 
