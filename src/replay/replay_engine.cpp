@@ -6,6 +6,8 @@
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -49,6 +51,26 @@ struct live_allocation {
   std::size_t size;
   stream_t stream;
 };
+
+// The bytes of the 2 MiB granules that live blocks touch: the least an allocator that cannot move
+// a block, and gives memory back in whole granules, could hold after a release with this layout.
+std::size_t granule_bytes_touched(const std::unordered_map<std::uintptr_t, live_allocation>& live) {
+  constexpr std::size_t granule = std::size_t{2} << 20;
+  std::vector<std::pair<std::size_t, std::size_t>> spans;  // first and last granule of each block
+  spans.reserve(live.size());
+  for (const auto& [recorded, a] : live) {
+    spans.emplace_back(a.address / granule, (a.address + std::max<std::size_t>(a.size, 1) - 1) / granule);
+  }
+  std::sort(spans.begin(), spans.end());
+  std::size_t granules = 0;
+  std::size_t next_uncounted = 0;  // the lowest granule above every span counted so far
+  for (const auto& [first, last] : spans) {
+    const std::size_t from = std::max(first, next_uncounted);
+    if (last >= from) granules += last - from + 1;
+    next_uncounted = std::max(next_uncounted, last + 1);
+  }
+  return granules * granule;
+}
 
 }  // namespace
 
@@ -201,6 +223,7 @@ replay_result replay_trace(const trace& t, std::string_view allocator_name, cons
 
   r.live_end_bytes = live_bytes;
   r.live_end_allocations = live.size();
+  r.live_end_granule_bytes = granule_bytes_touched(live);
   r.held_end_bytes = held_now();
   r.own_held_end_bytes = allocator->held_bytes();
   if (const std::optional<pool_description> d = allocator->describe()) {

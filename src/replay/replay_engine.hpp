@@ -86,6 +86,9 @@ struct replay_result {
   std::size_t peak_live_bytes = 0;       ///< most bytes live at once, as requested
   std::size_t live_end_bytes = 0;        ///< bytes still live at the end (left allocated)
   std::size_t live_end_allocations = 0;
+  /// The 2 MiB granules the blocks live at the end touch, in bytes: what this layout pins at
+  /// least, however finely an allocator gives memory back.
+  std::size_t live_end_granule_bytes = 0;
   std::size_t peak_held_bytes = 0;
   std::size_t held_end_bytes = 0;            ///< held after the last row, before release
   std::size_t held_after_release_bytes = 0;  ///< held after the allocator's release()

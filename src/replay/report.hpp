@@ -38,6 +38,9 @@ struct goal_verdicts {
   std::optional<bool> first_pass_driver_time;   ///< first-pass driver time <= expandable's
   std::optional<bool> no_calls_after_pass_two;  ///< no driver call in pass 3 or later
   bool after_release_within_bound = false;      ///< held after release <= live at end in 2 MiB pages + 2%
+  /// held after release <= the granules tidepool's own blocks live at the end touch + 2%: what its
+  /// layout allows; the difference from the line above is the layout's, beyond it the handles'
+  bool after_release_within_layout = false;
   std::optional<double> driver_time_ratio;      ///< first-pass driver time over expandable's (both > 0)
   std::optional<double> after_release_ratio;    ///< held after release over expandable's (both > 0)
   std::uint64_t failures = 0;                   ///< tidepool's failed allocations (a device too small)
@@ -64,6 +67,7 @@ struct goal_tally {
   unsigned with_three_passes = 0;         ///< traces replayed three times or more
   unsigned no_calls_after_pass_two = 0;
   unsigned after_release_within_bound = 0;
+  unsigned after_release_within_layout = 0;
   double worst_above_expandable = 0;      ///< largest held_ratio - expandable_ratio (0 if never above)
   std::string worst_trace;                ///< the trace it was measured on
   /// Geometric means of the ratios to expandable segments (worst pass, first-pass driver time,
@@ -108,7 +112,7 @@ struct goal_tally {
 /// One JSON array with an object per result, keys: trace, allocator, device, operations, failures,
 /// first_failure (null, or pass, row, bytes, live_bytes and held_bytes of the first),
 /// peak_live_bytes, peak_held_bytes, held_ratio, held_end_bytes, held_after_release_bytes,
-/// live_end_bytes, live_end_allocations, driver_calls, driver_us, ns_per_op, process_used_end_bytes,
+/// live_end_bytes, live_end_allocations, live_end_granule_bytes, driver_calls, driver_us, ns_per_op, process_used_end_bytes,
 /// process_used_after_release_bytes (null where unknown), released_bytes (what release() said it
 /// returned), cached_end_bytes, largest_free_end_bytes, releasable_end_bytes (before the release;
 /// null for allocators that cannot describe themselves: all but tidepool), passes (one object per pass: peak_live_bytes,

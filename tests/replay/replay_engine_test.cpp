@@ -56,6 +56,23 @@ TEST(ReplayEngine, MeasuresEachBaselineOnASmallTrace) {
   EXPECT_EQ(expandable.held_after_release_bytes, 2 * MiB);
 }
 
+TEST(ReplayEngine, CountsTheGranulesThatBlocksLiveAtTheEndTouch) {
+  temp_file file(".csv");
+  file.write(
+      "Thread,Time,Action,Pointer,Size,Stream\n"
+      "0,00:00:00.000001,allocate,0x1000000,3145728,0x0\n"
+      "0,00:00:00.000002,allocate,0x2000000,36864,0x0\n"
+      "0,00:00:00.000003,allocate,0x3000000,36864,0x0\n");
+  const trace t = read_trace(file.path());
+  // 3 MiB at a granule's start touches two granules; cudaMalloc (as the device packs small
+  // allocations) and the caching allocator's 2 MiB segment each put both small arrays in one.
+  for (const std::string name : {"exact", "caching", "tidepool"}) {
+    const replay_result r = replay_trace(t, name, std::make_shared<sim_driver>());
+    EXPECT_EQ(r.live_end_granule_bytes, 6 * MiB) << name;
+    EXPECT_LE(r.live_end_granule_bytes, r.held_after_release_bytes) << name;
+  }
+}
+
 TEST(ReplayEngine, CountsAFailedAllocationAndSkipsItsFree) {
   temp_file file(".csv");
   file.write(
@@ -117,7 +134,7 @@ TEST(ReplayReport, JsonHasOneObjectPerTraceAndAllocatorWithEveryKey) {
   ASSERT_TRUE(json.is_array());
   ASSERT_EQ(json.size(), 2u);
   for (const char* key : {"trace", "allocator", "peak_live_bytes", "peak_held_bytes", "held_end_bytes",
-                          "held_after_release_bytes", "driver_calls", "driver_us", "ns_per_op"}) {
+                          "held_after_release_bytes", "live_end_granule_bytes", "driver_calls", "driver_us", "ns_per_op"}) {
     EXPECT_TRUE(json[0].contains(key)) << key;
   }
   EXPECT_EQ(json[0]["trace"], t.name);
@@ -167,6 +184,7 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
   pool.peak_held_bytes = 104 * MiB;  // 1.04
   pool.live_end_bytes = 3 * MiB;     // rounded up: 4 MiB, +2%: 4.08 MiB
   pool.held_after_release_bytes = 6 * MiB;
+  pool.live_end_granule_bytes = 6 * MiB;  // its live blocks touch three granules: within 6.12 MiB
   pool.passes = {pass(100 * MiB, 104 * MiB, 10, 100), pass(100 * MiB, 104 * MiB, 3, 30),
                  pass(100 * MiB, 104 * MiB, 0, 0)};
   replay_result expandable;
@@ -195,6 +213,7 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
   EXPECT_EQ(v->first_pass_driver_time, std::optional<bool>(true));
   EXPECT_EQ(v->no_calls_after_pass_two, std::optional<bool>(true));
   EXPECT_FALSE(v->after_release_within_bound);
+  EXPECT_TRUE(v->after_release_within_layout);
   EXPECT_EQ(v->driver_time_ratio, std::optional<double>(0.5));      // 100 us against 200
   EXPECT_EQ(v->after_release_ratio, std::optional<double>(0.75));   // 6 MiB against 8
   EXPECT_EQ(format_goals_brief(*v),
@@ -207,12 +226,14 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
   above.trace = "server.csv.gz";
   above.peak_held_bytes = 112 * MiB;
   above.held_after_release_bytes = 4 * MiB;
+  above.live_end_granule_bytes = 2 * MiB;  // one granule live: 4 MiB is a handle's, not the layout's
   above.passes = {pass(100 * MiB, 110 * MiB, 10, 300), pass(100 * MiB, 112 * MiB, 1, 1)};
   const std::optional<goal_verdicts> w = check_goals({above, expandable});
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ(w->not_above_expandable, std::optional<bool>(false));
   EXPECT_EQ(w->first_pass_driver_time, std::optional<bool>(false));
   EXPECT_FALSE(w->no_calls_after_pass_two.has_value());
+  EXPECT_FALSE(w->after_release_within_layout);
   EXPECT_EQ(format_goals_brief(*w), "server.csv.gz: tidepool 1.100 first pass, 1.120 worst pass; expandable 1.050; "
                                     "NOT met: <= 1.03, <= expandable, first-pass driver time\n");
   const std::optional<goal_verdicts> alone = check_goals({pool});
@@ -231,6 +252,7 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
   EXPECT_EQ(tally.with_three_passes, 2u);
   EXPECT_EQ(tally.no_calls_after_pass_two, 2u);
   EXPECT_EQ(tally.after_release_within_bound, 1u);
+  EXPECT_EQ(tally.after_release_within_layout, 2u);
   EXPECT_NEAR(tally.worst_above_expandable, 0.07, 1e-9);
   EXPECT_EQ(tally.worst_trace, "server.csv.gz");
   const std::string text = format_goal_tally(tally);
@@ -240,7 +262,8 @@ TEST(ReplayReport, GoalsCompareTidepoolWithTheBoundsOfTheTrace) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("no driver call after the second pass: met on 2 of 2"), std::string::npos) << text;
-  EXPECT_NE(text.find("+ 2%: met on 1 of 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("in 2 MiB pages + 2%: met on 1 of 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("granules its blocks live at end touch + 2%: met on 2 of 3"), std::string::npos) << text;
   // Geometric means over the two traces compared: worst pass sqrt(1.04/1.05 * 1.12/1.05), driver
   // time sqrt(0.5 * 1.5), after release sqrt(0.75 * 0.5).
   EXPECT_NEAR(tally.held_over_expandable.value(), std::sqrt(1.04 / 1.05 * 1.12 / 1.05), 1e-12);
