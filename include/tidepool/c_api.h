@@ -186,17 +186,29 @@ TIDEPOOL_API tidepool_status tidepool_set_current_stream(int device, tidepool_st
 /** The calling thread's current stream for `device`. */
 TIDEPOOL_API tidepool_status tidepool_get_current_stream(int device, tidepool_stream_t* stream);
 
+/** Sets the calling thread's lifetime hint for the allocations tidepool_torch_alloc (and its tag
+ *  slots) and tidepool_cupy_malloc make, which the frameworks cannot pass: TIDEPOOL_PERSISTENT
+ *  around code that makes what lives long (an optimizer's state in its first step, a model's
+ *  weights) places it apart from scratch, so that it never pins the handles of freed scratch and
+ *  release() can hand that back. Each thread starts with TIDEPOOL_SCRATCH; other threads (PyTorch's
+ *  autograd threads among them) are not affected. TIDEPOOL_INVALID_ARGUMENT for any other value. */
+TIDEPOOL_API tidepool_status tidepool_set_thread_lifetime(tidepool_lifetime hint);
+/** The calling thread's lifetime hint (tidepool_set_thread_lifetime). */
+TIDEPOOL_API tidepool_status tidepool_get_thread_lifetime(tidepool_lifetime* hint);
+
 /** PyTorch's CUDAPluggableAllocator alloc function, for PyTorch only (C callers: use
  *  tidepool_allocate). Returns NULL for size 0. On failure it throws a C++ exception, as PyTorch's
  *  own allocator does, which PyTorch turns into a Python RuntimeError: out of memory is a
  *  tidepool::out_of_memory (a std::bad_alloc) whose message starts "CUDA out of memory.", as
- *  PyTorch's does; anything else a tidepool::error. The status and message are kept as well. */
+ *  PyTorch's does; anything else a tidepool::error. The status and message are kept as well. The
+ *  hint is the calling thread's (tidepool_set_thread_lifetime). */
 TIDEPOOL_API void* tidepool_torch_alloc(size_t size, int device, tidepool_stream_t stream);
 /** PyTorch's CUDAPluggableAllocator free function (stream: the allocation's, as PyTorch passes). */
 TIDEPOOL_API void tidepool_torch_free(void* ptr, size_t size, int device,
                                       tidepool_stream_t stream);
 /** CuPy's CFunctionAllocator malloc (void*(*)(void*, size_t, int)). Allocates on the thread's
- *  current stream for `device` (tidepool_set_current_stream). `param` is unused. NULL on failure
+ *  current stream for `device` (tidepool_set_current_stream), with its lifetime hint
+ *  (tidepool_set_thread_lifetime). `param` is unused. NULL on failure
  *  (silently: CuPy does not check, so the caller must; tidepool.cupy does). */
 TIDEPOOL_API void* tidepool_cupy_malloc(void* param, size_t size, int device);
 /** CuPy's CFunctionAllocator free (void(*)(void*, void*, int)). Frees on the stream the block was

@@ -20,6 +20,7 @@ from ._hooks import add_reclaim_hook, remove_reclaim_hook
 from ._ipc import ImportedMemory, MemoryShare, imported_bytes, kept_for_other_processes, share_memory
 from ._library import load as _load
 from ._library import path as library_path
+from ._lifetime import allocating_persistent, persistent
 from ._memory import (describe, dump_snapshot, memory_snapshot, recent_events, record, recording_path,
                       stop_recording, tag_pool_id)
 from ._options import byte_cap, get_pool_options, set_byte_cap, set_pool_options
@@ -33,12 +34,12 @@ __all__ = [
     "ANY_DEVICE", "AsleepError", "GraphPool", "ImportedMemory", "InvalidArgumentError", "LibraryNotFoundError",
     "MemoryShare", "MemorySummary", "OutOfMemoryError", "Stats",
     "TidepoolError",
-    "add_reclaim_hook", "allocate", "available_bytes", "byte_cap", "current_graph_pool", "deallocate",
+    "add_reclaim_hook", "allocate", "allocating_persistent", "available_bytes", "byte_cap", "current_graph_pool", "deallocate",
     "describe", "device_count",
     "dump_snapshot", "forget_stream", "get_current_stream", "get_pool_options", "get_sharing_options",
     "has_context", "imported_bytes", "kept_for_other_processes", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",
     "record_stream", "recording_path", "release", "release_cached_memory", "remove_reclaim_hook",
-    "reset_peak_stats",
+    "persistent", "reset_peak_stats",
     "set_byte_cap", "set_current_stream", "set_pool_options", "set_sharing_options", "share_memory", "stats",
     "stop_recording", "summary",
     "version",

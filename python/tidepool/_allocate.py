@@ -3,7 +3,7 @@
 
 import ctypes
 
-from . import _arguments, _library
+from . import _arguments, _library, _lifetime
 
 ANY_DEVICE = -1
 SCRATCH = 0
@@ -17,16 +17,17 @@ def _plain(value, minimum, maximum):
     return type(value) is int and minimum <= value <= maximum
 
 
-def allocate(size, device=0, stream=None, persistent=False):
+def allocate(size, device=0, stream=None, persistent=None):
     """Allocates `size` bytes on `device` for use on `stream` (a cudaStream_t as an int, or None
-    for the default stream); returns the device pointer as an int."""
+    for the default stream); returns the device pointer as an int. `persistent`: whether it lives
+    long (placed apart from scratch); None takes the thread's hint (tidepool.persistent())."""
     if not (_plain(size, 0, _arguments.MAX_BYTES) and _plain(device, 0, _arguments.MAX_DEVICE)
             and (stream is None or _plain(stream, 1, _arguments.MAX_POINTER))):
         size = _arguments.byte_count("allocate", "size", size)
         device = _arguments.device("allocate", device)
         stream = _arguments.stream("allocate", stream)
     out = ctypes.c_void_p()
-    hint = PERSISTENT if persistent else SCRATCH
+    hint = _lifetime.thread_hint() if persistent is None else (PERSISTENT if persistent else SCRATCH)
     _library.check(_library.load().tidepool_allocate(size, device, stream, hint, ctypes.byref(out)))
     return out.value
 

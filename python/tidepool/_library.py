@@ -155,6 +155,8 @@ _PROTOTYPES = {
     "tidepool_forget_stream": (_status, [ctypes.c_int, c_stream]),
     "tidepool_set_current_stream": (_status, [ctypes.c_int, c_stream]),
     "tidepool_get_current_stream": (_status, [ctypes.c_int, ctypes.POINTER(c_stream)]),
+    "tidepool_set_thread_lifetime": (_status, [ctypes.c_int]),
+    "tidepool_get_thread_lifetime": (_status, [ctypes.POINTER(ctypes.c_int)]),
     "tidepool_torch_alloc": (ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int, c_stream]),
     "tidepool_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, c_stream]),
     "tidepool_cupy_malloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),

@@ -32,6 +32,13 @@ interface cannot receive, are mapped by tidepool (_torch_ipc_receive.py).
 tidepool.stats() has every figure, and tidepool.release_cached_memory() empties every cache of
 the process.
 
+What lives long. PyTorch passes no lifetime with an allocation; code run under
+`with tidepool.persistent():` allocates persistent memory, placed apart from scratch (a model's
+weights, a cache kept for the whole run). persistent_optimizer_state(optimizer) does it for the
+state an optimizer makes in its first step, so that torch.cuda.empty_cache() can hand back the
+first step's scratch whole; it may cost peak memory where that state filled holes the loop never
+used again (docs/RESULTS.md, section 0, "An optimizer's state kept apart").
+
 CUDA graphs. After use(), captures that torch.cuda.graph(pool=...) or CUDAGraph.capture_begin(pool)
 give one PyTorch pool share their memory in tidepool too (each PyTorch pool maps to one
 tidepool.GraphPool, entered for all threads while a capture runs, so make_graphed_callables'
@@ -82,6 +89,7 @@ import functools
 from . import (_allocate, _errors, _frameworks, _library, _release, _torch_cudnn, _torch_graphs,
                _torch_ipc, _torch_ipc_receive, _torch_mem_pools, _torch_memory_fraction, _torch_memory_history,
                _torch_replace, _torch_stats)
+from ._torch_optimizer_state import persistent_optimizer_state  # noqa: F401  (tidepool.torch's API)
 
 # What the message of an out-of-memory error holds, PyTorch's and tidepool's alike (it starts
 # with it; a framework that wraps the error may put words before it).

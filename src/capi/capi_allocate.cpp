@@ -1,9 +1,10 @@
 // The C API's allocation entry points: allocate, deallocate, record_stream, forget_stream, and
-// the thread's current stream (for callers that pass none).
+// the thread's current stream and lifetime hint (for callers that pass none).
 #include <fmt/format.h>
 
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
+#include "capi/thread_lifetime.hpp"
 #include "capi/thread_streams.hpp"
 #include "process/process_state.hpp"
 #include "tidepool/c_api.h"
@@ -70,6 +71,19 @@ tidepool_status tidepool_set_current_stream(int device, tidepool_stream_t stream
   return guarded([&] {
     check_device_exists(device);
     set_current_stream(device, stream);
+  });
+}
+
+tidepool_status tidepool_set_thread_lifetime(tidepool_lifetime hint) {
+  using namespace tidepool::detail;
+  return guarded([&] { set_thread_lifetime(to_lifetime(hint)); });
+}
+
+tidepool_status tidepool_get_thread_lifetime(tidepool_lifetime* hint) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    if (hint == nullptr) throw_null_argument("tidepool_get_thread_lifetime", "hint");
+    *hint = thread_lifetime() == tidepool::lifetime::persistent ? TIDEPOOL_PERSISTENT : TIDEPOOL_SCRATCH;
   });
 }
 

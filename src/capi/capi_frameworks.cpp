@@ -20,6 +20,7 @@
 #include "capi/allocation_streams.hpp"
 #include "capi/capi_guard.hpp"
 #include "capi/pool_lookup.hpp"
+#include "capi/thread_lifetime.hpp"
 #include "capi/thread_streams.hpp"
 #include "process/tags.hpp"
 #include "tidepool/c_api.h"
@@ -63,7 +64,7 @@ void* torch_alloc_from(size_t size, int device, stream_t stream, PoolFor&& pool_
   // PyTorch asks for empty tensors too; a null data pointer is what it expects for them.
   if (size == 0) return nullptr;
   try {
-    return pool_for(device).allocate(size, stream);
+    return pool_for(device).allocate(size, stream, thread_lifetime());
   } catch (const out_of_memory& e) {
     fail(TIDEPOOL_OUT_OF_MEMORY, e.what());
     throw torch_out_of_memory(e);
@@ -135,7 +136,7 @@ void* tidepool_cupy_malloc(void* param, size_t size, int device) {
   guarded([&] {
     const tidepool::stream_t stream = current_stream(device);
     tidepool::pool& from = tidepool::current_pool(device);
-    void* allocated = from.allocate(size, stream);
+    void* allocated = from.allocate(size, stream, thread_lifetime());
     try {
       remember_allocation_stream(allocated, stream);
     } catch (...) {

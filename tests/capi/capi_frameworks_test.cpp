@@ -116,6 +116,62 @@ TEST_F(CApiFrameworks, CurrentStreamIsPerThreadAndPerDevice) {
   EXPECT_EQ(tidepool_get_current_stream(0, nullptr), TIDEPOOL_INVALID_ARGUMENT);
 }
 
+// Whether `ptr` lies in a block of a persistent region of `device`'s pool.
+bool placed_persistent(int device, const void* ptr) {
+  for (const block_description& b : device_pool(device).describe().blocks) {
+    if (b.address == reinterpret_cast<std::uintptr_t>(ptr)) return b.persistent;
+  }
+  ADD_FAILURE() << "no block at " << ptr;
+  return false;
+}
+
+TEST_F(CApiFrameworks, TheThreadsLifetimeHintPlacesWhatTheFrameworksAllocate) {
+  (void)use_small_sim();
+  // This thread's settings outlive a test: an earlier one's stream is gone, and a failure here
+  // must not leave the next test allocating persistent.
+  ASSERT_EQ(tidepool_set_current_stream(0, nullptr), TIDEPOOL_SUCCESS);
+  struct back_to_scratch {
+    ~back_to_scratch() { (void)tidepool_set_thread_lifetime(TIDEPOOL_SCRATCH); }
+  } reset;
+  tidepool_lifetime hint = TIDEPOOL_PERSISTENT;
+  ASSERT_EQ(tidepool_get_thread_lifetime(&hint), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(hint, TIDEPOOL_SCRATCH);  // until set
+  void* scratch = tidepool_torch_alloc(3 * MiB, 0, nullptr);
+  ASSERT_EQ(tidepool_set_thread_lifetime(TIDEPOOL_PERSISTENT), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_get_thread_lifetime(&hint), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(hint, TIDEPOOL_PERSISTENT);
+  void* state = tidepool_torch_alloc(3 * MiB, 0, nullptr);
+  void* small_state = tidepool_cupy_malloc(nullptr, 4096, 0);
+  void* other_thread = nullptr;
+  std::thread([&] {
+    tidepool_lifetime theirs = TIDEPOOL_PERSISTENT;
+    EXPECT_EQ(tidepool_get_thread_lifetime(&theirs), TIDEPOOL_SUCCESS);
+    EXPECT_EQ(theirs, TIDEPOOL_SCRATCH);  // another thread's hint is not ours
+    other_thread = tidepool_torch_alloc(3 * MiB, 0, nullptr);
+  }).join();
+  // A value that is no hint is refused and changes nothing.
+  EXPECT_EQ(tidepool_set_thread_lifetime(static_cast<tidepool_lifetime>(7)), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("lifetime hint 7"), std::string::npos);
+  ASSERT_EQ(tidepool_get_thread_lifetime(&hint), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(hint, TIDEPOOL_PERSISTENT);
+  EXPECT_EQ(tidepool_get_thread_lifetime(nullptr), TIDEPOOL_INVALID_ARGUMENT);
+  ASSERT_EQ(tidepool_set_thread_lifetime(TIDEPOOL_SCRATCH), TIDEPOOL_SUCCESS);
+  void* scratch_again = tidepool_torch_alloc(3 * MiB, 0, nullptr);
+  ASSERT_NE(scratch, nullptr);
+  ASSERT_NE(state, nullptr);
+  ASSERT_NE(small_state, nullptr);
+  ASSERT_NE(other_thread, nullptr);
+  ASSERT_NE(scratch_again, nullptr);
+  EXPECT_FALSE(placed_persistent(0, scratch));
+  EXPECT_TRUE(placed_persistent(0, state));
+  EXPECT_TRUE(placed_persistent(0, small_state));
+  EXPECT_FALSE(placed_persistent(0, other_thread));
+  EXPECT_FALSE(placed_persistent(0, scratch_again));
+  for (void* p : {scratch, state, other_thread, scratch_again}) tidepool_torch_free(p, 3 * MiB, 0, nullptr);
+  tidepool_cupy_free(nullptr, small_state, 0);
+  EXPECT_EQ(device_pool(0).stats().live_allocations, 0u);
+}
+
 TEST_F(CApiFrameworks, CupyAllocatesOnTheCurrentStreamAndFreesOnTheAllocationStream) {
   auto& sim = use_small_sim();
   const stream_t busy = make_stream(sim, 0);

@@ -5,6 +5,7 @@ each workload and allocator in its own process.
     TIDEPOOL_LIBRARY=$PWD/build/src/libtidepool.so python3 bench/gpu/train/train_bench.py \\
         [--workloads gpt-vary,...] [--allocators default,expandable,tidepool] [--steps N] [--log-dir DIR]
         [--tidepool-option growth_slack=0.05 ...] [--record] [--repeats N] [--memory-cap-gib G]
+        [--persistent-optimizer-state]
 
 Per run, the child prints one JSON line: median and p90 step time after the warm-up (each step
 timed to a torch.cuda.synchronize()), the time of the first 10 steps, peak in use and peak held by
@@ -13,7 +14,9 @@ launcher prints a table per workload and all of them at the end, and writes ever
 LOG_DIR/train-bench.jsonl (each child's output to LOG_DIR/train-bench/WORKLOAD.ALLOCATOR.log).
 Exit status 1 if any run failed. `--memory-cap-gib G` runs every allocator as on a GPU of G GiB
 (PyTorch's per-process memory fraction, which `tidepool.torch.use()` passes on to tidepool): how
-each behaves near the device's capacity, where one that cannot find room fails the run. `--list` lists the workloads. The allocator `tidepool+record`
+each behaves near the device's capacity, where one that cannot find room fails the run.
+`--persistent-optimizer-state` has the tidepool runs keep the optimizer's state apart from scratch
+(tidepool.torch.persistent_optimizer_state; the JSON line says so). `--list` lists the workloads. The allocator `tidepool+record`
 (named only on purpose, not in the default list) is tidepool recording every allocation and free
 (TIDEPOOL_RECORD) to LOG_DIR/train-bench/WORKLOAD.tidepool+record.csv.gz: with
 `--allocators tidepool,tidepool+record` each table ends with what the recording cost (median step
@@ -73,6 +76,9 @@ def parse_args(argv=None):
     parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
                         help="a tidepool pool option for the tidepool runs (tidepool.set_pool_options; "
                         "repeatable), e.g. growth_slack=0.05; VALUE: an integer, a number, true, false or none")
+    parser.add_argument("--persistent-optimizer-state", action="store_true",
+                        help="tidepool runs make the optimizer's state persistent "
+                             "(tidepool.torch.persistent_optimizer_state): placed apart from scratch")
     parser.add_argument("--record", action="store_true",
                         help="tidepool runs record every allocation and free to LOG_DIR/train-bench/"
                              "WORKLOAD.tidepool.csv.gz (TIDEPOOL_RECORD)")
@@ -212,7 +218,7 @@ def run_profiled(run, profile_out):
 
 
 def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_options, profile_out=None,
-            memory_cap_gib=None):
+            memory_cap_gib=None, persistent_optimizer_state=False):
     """Runs the workload; returns its figures (raises on failure)."""
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     if conf != catalog.alloc_conf(allocator):
@@ -258,6 +264,9 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
     shapes = spec.shapes(seed, steps)
     try:
         workload = workloads.build(spec, shapes, seed)
+        if persistent_optimizer_state and tidepool is not None and getattr(workload, "optimizer", None) is not None:
+            tidepool.torch.persistent_optimizer_state(workload.optimizer)
+            result["persistent_optimizer_state"] = True
         cpu_seconds = []
         seconds = run_profiled(lambda: workloads.run_steps(workload, steps, cpu_seconds), profile_out)
     finally:
@@ -312,7 +321,8 @@ def worker(args):
         steps, warmup = steps_of(spec, args)
         result.update({"steps": steps, "warmup": warmup})
         result.update(measure(spec, allocator, steps, warmup, args.seed, args.nvml_interval_ms / 1000.0,
-                              args.tidepool_options, args.profile_out, args.memory_cap_gib))
+                              args.tidepool_options, args.profile_out, args.memory_cap_gib,
+                              args.persistent_optimizer_state))
     except Exception as e:
         traceback.print_exc()
         result["error"] = f"{type(e).__name__}: {e}"[:2000]
@@ -339,6 +349,8 @@ def run_child(workload, allocator, args, log_path, tag=""):
             command += [f"--{name}", str(getattr(args, name))]
     for option in args.tidepool_option:
         command += ["--tidepool-option", option]
+    if args.persistent_optimizer_state:
+        command.append("--persistent-optimizer-state")
     if args.memory_cap_gib is not None:
         command += ["--memory-cap-gib", repr(args.memory_cap_gib)]
     if args.profile:
