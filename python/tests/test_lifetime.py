@@ -112,9 +112,10 @@ class AdamLike:
 
 
 class SgdLike(AdamLike):
-    """An optimizer with no _init_group: its state is made inside step()."""
+    """As PyTorch's SGD: an _init_group that makes no state, the state made inside step()."""
 
-    _init_group = None
+    def _init_group(self, group):
+        pass
 
     def step(self, fail=False):
         for p in self.param_groups[0]["params"]:
@@ -136,7 +137,7 @@ def free_state(tp, optimizer):
 def test_persistent_optimizer_state_keeps_only_adams_state_apart(tp):
     params = [Parameter(), Parameter(), Parameter(grad=False)]
     optimizer = AdamLike(tp, params)
-    assert persistent_optimizer_state(optimizer) is optimizer
+    assert persistent_optimizer_state(optimizer, state_made_in_init_group=True) is optimizer
     assert persistent_optimizer_state(optimizer) is optimizer  # a second call changes nothing
     try:
         optimizer.step()
@@ -152,7 +153,31 @@ def test_persistent_optimizer_state_keeps_only_adams_state_apart(tp):
         free_state(tp, optimizer)
 
 
-def test_persistent_optimizer_state_without_init_group_runs_state_making_steps_persistent(tp):
+def test_pytorchs_own_optimizers_are_known_by_class():
+    from tidepool._torch_optimizer_state import _pytorch_state_in_init_group
+
+    adam = type("Adam", (), {"__module__": "torch.optim.adam"})
+    custom_adam = type("MyAdam", (adam,), {"__module__": "my_project"})
+    sgd = type("SGD", (), {"__module__": "torch.optim.sgd"})
+    look_alike = type("Adam", (), {"__module__": "my_project"})
+    assert _pytorch_state_in_init_group(adam())
+    assert _pytorch_state_in_init_group(custom_adam())  # a subclass of PyTorch's Adam
+    assert not _pytorch_state_in_init_group(sgd())
+    assert not _pytorch_state_in_init_group(look_alike())
+
+
+def test_an_optimizer_said_to_make_its_state_in_init_group_must_have_one(tp):
+    class NoInitGroup:
+        state, param_groups = {}, []
+
+        def step(self):
+            pass
+
+    with pytest.raises(TypeError, match="NoInitGroup has no _init_group"):
+        persistent_optimizer_state(NoInitGroup(), state_made_in_init_group=True)
+
+
+def test_persistent_optimizer_state_elsewhere_runs_state_making_steps_persistent(tp):
     params = [Parameter(), Parameter()]
     optimizer = persistent_optimizer_state(SgdLike(tp, params))
     try:

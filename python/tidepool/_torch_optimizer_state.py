@@ -1,18 +1,31 @@
 """An optimizer's state made persistent (tidepool.torch.persistent_optimizer_state): what Adam and
 its kin make in their first step (the moments, one or two tensors the size of each parameter) lives
 until training ends, and in a pool that places it in the holes the first step's activations left
-it shares their handles and pins them: after torch.cuda.empty_cache() tidepool still holds those
-handles whole (docs/RESULTS.md, section 0, "Held after release"). Made under tidepool.persistent(),
-it is placed apart instead, and empty_cache() hands the scratch back whole.
+it shares their handles with gradients and pins them: after torch.cuda.empty_cache() tidepool still
+holds those handles whole (docs/RESULTS.md, section 0, "Held after release: what the layout pins").
+Made under tidepool.persistent(), it is placed apart instead, and empty_cache() hands the scratch
+back whole.
 
-PyTorch's optimizers make their state in `_init_group` (Adam, AdamW, RMSprop, Adagrad, NAdam, RAdam,
-Adamax, ASGD, Adadelta, SGD's momentum list): where the optimizer has one, only that runs
-persistent, so the step's temporaries stay scratch. Elsewhere a step that will make state (some
-parameter with a gradient has none yet) runs persistent as a whole, its temporaries too."""
+PyTorch's Adam, AdamW, NAdam, RAdam, Adamax, RMSprop, Adadelta and ASGD make their state in
+`_init_group`: for them only that runs persistent, so the step's temporaries stay scratch. Other
+optimizers (SGD makes its momentum buffers inside the step; a custom one may do anything) run a
+step that will make state (a parameter with a gradient has none yet) persistent as a whole, its
+temporaries too. Adagrad makes its state when it is constructed: construct it under
+tidepool.persistent() instead."""
 
 import functools
 
 from . import _lifetime
+
+# PyTorch's optimizers whose `_init_group` makes their state (torch/optim/*.py).
+STATE_MADE_IN_INIT_GROUP = frozenset({"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adadelta", "ASGD"})
+
+
+def _pytorch_state_in_init_group(optimizer):
+    """Whether `optimizer` is (or derives from) one of PyTorch's optimizers that make their state in
+    `_init_group`."""
+    return any(cls.__module__.startswith("torch.optim") and cls.__name__ in STATE_MADE_IN_INIT_GROUP
+               for cls in type(optimizer).__mro__)
 
 
 def _makes_state(optimizer):
@@ -25,13 +38,20 @@ def _makes_state(optimizer):
     return False
 
 
-def persistent_optimizer_state(optimizer):
+def persistent_optimizer_state(optimizer, state_made_in_init_group=None):
     """Makes what `optimizer` keeps between steps persistent in tidepool (see the module's text);
-    returns `optimizer`. Call it once, before the first step; a second call changes nothing."""
+    returns `optimizer`. `state_made_in_init_group`: whether its `_init_group` makes all of its
+    state (None: known for PyTorch's own optimizers, no for others). Call it once, before the first
+    step; a second call changes nothing."""
     if getattr(optimizer, "_tidepool_persistent_state", False):
         return optimizer
+    if state_made_in_init_group is None:
+        state_made_in_init_group = _pytorch_state_in_init_group(optimizer)
     init_group = getattr(optimizer, "_init_group", None)
-    if callable(init_group):
+    if state_made_in_init_group:
+        if not callable(init_group):
+            raise TypeError(f"{type(optimizer).__name__} has no _init_group to make its state in")
+
         @functools.wraps(init_group)
         def init_group_persistent(*args, **kwargs):
             with _lifetime.persistent():
