@@ -20,6 +20,18 @@ def test_torch_training_is_bit_identical_with_tidepool():
     assert routed["weights"] == default["weights"]
 
 
+def test_torch_optimizer_state_made_persistent_lands_apart_from_scratch():
+    require("torch")
+    r = run_workload("torch_optimizer_state.py")
+    # AdamW's two moments per parameter (its step counts stay on the host), each in a persistent
+    # block; the weights and the gradients, made outside the optimizer, in scratch ones.
+    assert r["state_tensors"] == 2 * len(r["weights_persistent"]), r
+    assert all(p is True for p in r["state_persistent"]), r
+    assert all(p is False for p in r["weights_persistent"]), r
+    assert r["gradient_persistent"] is False, r
+    assert r["hint_after"] is False, r
+
+
 def test_torch_empty_cache_hands_back_what_tidepool_caches():
     require("torch")
     r = run_workload("torch_empty_cache.py")
