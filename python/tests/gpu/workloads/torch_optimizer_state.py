@@ -1,6 +1,6 @@
 """A few AdamW steps of a small transformer under tidepool.torch.use() with
 tidepool.torch.persistent_optimizer_state: prints where the optimizer's state, the weights and a
-gradient were placed (persistent or scratch blocks), and what torch.cuda.empty_cache() leaves."""
+gradient were placed (persistent or scratch blocks), and the thread's hint after the steps."""
 
 import bisect
 
