@@ -544,6 +544,10 @@ def test_report_gives_what_each_allocator_held_after_release():
     assert report.held_after_release(results) == expected
     assert expected[0] in report.table(results)
     assert report.held_after_release([dict(common, allocator="default")]) == []
+    kept_apart = dict(common, allocator="tidepool", held_after_release_bytes=(17 << 30) // 8,
+                      live_at_release_bytes=2 << 30, persistent_optimizer_state=True)
+    assert report.held_after_release([kept_apart]) == [
+        "  gpt-vary: held after release tidepool (optimizer state persistent) 2.12 GiB (live 2.00 GiB)"]
 
 
 def test_held_after_release_empties_the_cache_first_and_reads_the_allocators_own_figure():

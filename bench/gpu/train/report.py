@@ -204,14 +204,16 @@ def gpu_waits(results):
 
 def held_after_release(results):
     """A line per workload: what each allocator held after torch.cuda.empty_cache() at the end of
-    the run, over what was live then (the model, its optimizer state and what the loop kept)."""
+    the run, over what was live then (the model, its optimizer state and what the loop kept); a
+    tidepool run that kept the optimizer's state apart (--persistent-optimizer-state) says so."""
     lines = []
     for workload in sorted({r["workload"] for r in results}):
         runs = [r for r in results if r["workload"] == workload and "error" not in r
                 and r.get("held_after_release_bytes") is not None]
         if not runs:
             continue
-        cells = [f"{r['allocator']} {r['held_after_release_bytes'] / GiB:.2f} GiB" for r in runs]
+        cells = [f"{r['allocator']}{' (optimizer state persistent)' if r.get('persistent_optimizer_state') else ''} "
+                 f"{r['held_after_release_bytes'] / GiB:.2f} GiB" for r in runs]
         live = [r["live_at_release_bytes"] for r in runs if r.get("live_at_release_bytes") is not None]
         live_text = f" (live {max(live) / GiB:.2f} GiB)" if live else ""
         lines.append(f"  {workload}: held after release {', '.join(cells)}{live_text}")
