@@ -4,10 +4,9 @@
 import ctypes
 
 from . import _arguments, _library, _lifetime
+from ._lifetime import PERSISTENT, SCRATCH
 
 ANY_DEVICE = -1
-SCRATCH = 0
-PERSISTENT = 1
 
 
 def _plain(value, minimum, maximum):

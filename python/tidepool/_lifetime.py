@@ -15,17 +15,21 @@ import threading
 
 from . import _library
 
-SCRATCH = 0
+SCRATCH = 0  # tidepool_lifetime's values
 PERSISTENT = 1
 
 _thread = threading.local()  # the hint as this module set it, read by tidepool.allocate()
 
 
-def allocating_persistent():
-    """Whether the calling thread's allocations are marked persistent now (tidepool.persistent())."""
+def _get():
     hint = ctypes.c_int(SCRATCH)
     _library.check(_library.load().tidepool_get_thread_lifetime(ctypes.byref(hint)))
-    return hint.value == PERSISTENT
+    return hint.value
+
+
+def allocating_persistent():
+    """Whether the calling thread's allocations are marked persistent now (tidepool.persistent())."""
+    return _get() == PERSISTENT
 
 
 def thread_hint():
@@ -43,7 +47,7 @@ def persistent():
     """Marks what the calling thread allocates through tidepool (tidepool.allocate(), PyTorch and
     CuPy after use()) as persistent until the block ends; nested blocks are fine, and the hint
     before it comes back on the way out, an exception included."""
-    before = SCRATCH if not allocating_persistent() else PERSISTENT
+    before = _get()
     _set(PERSISTENT)
     try:
         yield
