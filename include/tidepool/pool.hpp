@@ -271,6 +271,23 @@ class TIDEPOOL_API pool {
   /// Hands every free physical handle back to the driver (waiting for pending frees first).
   /// Returns the bytes handed back.
   std::size_t release();
+  /// release(), then the rest of what live allocations pin: every physical handle that live
+  /// allocations cover only in part is made again as handles under just the 2 MiB granules they
+  /// touch, their bytes moved through pinned host memory (kept after the call for the next one,
+  /// as sleep() keeps its buffer), at the same addresses; the other granules go back to the
+  /// driver. Afterwards the pool holds the granules its live allocations touch, plus what it
+  /// cannot move: memory exported to another process and not yet ended (as for sleep), a CUDA
+  /// graph capture's cached blocks, and frees another stream's work still holds. Waits first for
+  /// the work queued on every stream the pool's allocations were made, freed or recorded on (as
+  /// sleep() does). While it runs the program must not touch the pool's memory from the GPU
+  /// (the bytes move: a kernel would read an unmapped address or stale bytes) and allocate() on
+  /// other threads throws tidepool::error (asleep); deallocate() works. A handle the device has
+  /// no room to copy (the new handles exist beside the old one for a moment), or that would pass
+  /// the byte cap meanwhile, stays as it is. Returns the bytes handed back, release()'s included.
+  /// Throws tidepool::error: asleep while asleep, unavailable without the virtual memory API or
+  /// with alias_free_handles, driver_failure when a copy or the driver fails (that handle then
+  /// stays as it was, contents and all).
+  std::size_t compact();
   /// Puts the pool to sleep: waits for the work queued on the streams its allocations were made
   /// or recorded on (an event on each; a device-wide wait where one of them cannot be named: a
   /// forgotten stream, another thread's per-thread stream, a pending record_stream free), copies

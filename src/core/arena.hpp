@@ -222,6 +222,43 @@ class arena {
   void note_alias_growth(std::size_t held, double alias_budget, std::size_t new_bytes,
                          std::size_t peak_in_use) noexcept;
 
+  // --- compaction (pool::compact; compaction.cpp) ---
+  /// A handle that live blocks cover only in part, and how compaction re-makes it: a new handle
+  /// for each run of granules something other than a free block of any stream touches (`kept`,
+  /// in address order), the other granules left unmapped.
+  struct partly_live_handle {
+    struct granule_run {
+      device_address from = 0;
+      device_address to = 0;
+    };
+    std::uint32_t id = 0;
+    device_address at = 0;
+    std::size_t size = 0;
+    address_range* range = nullptr;
+    std::vector<granule_run> kept;
+    std::vector<std::uint32_t> pieces;  ///< remake_begin()'s new handles, one per kept run
+    [[nodiscard]] std::size_t kept_bytes() const noexcept {
+      std::size_t n = 0;
+      for (const granule_run& r : kept) n += r.to - r.from;
+      return n;
+    }
+  };
+  /// This arena's handles larger than a granule with at least one granule that only free blocks
+  /// of any stream touch and at least one that something else touches (a live block, a block
+  /// free for one stream or a capture only), none of them aliased, asleep or in `staying`.
+  [[nodiscard]] std::vector<partly_live_handle> partly_live_handles(const std::vector<std::uint32_t>& staying) const;
+  /// Makes a handle for each of `h`'s kept runs, unmaps `h` and maps the new ones at the runs; the
+  /// granules between them are unmapped, their free blocks not yet carved (remake_finish). On
+  /// failure nothing changed (the new handles went back).
+  driver_status remake_begin(partly_live_handle& h);
+  /// Undoes a remake_begin() that succeeded: the new handles unmapped and released, the old one
+  /// mapped where it was (its memory, never released, holds what it held).
+  driver_status remake_undo(partly_live_handle& h);
+  /// Ends a remake_begin() that succeeded: releases the old handle (a failed release is kept by
+  /// the page table and tried again) and turns the free blocks over its unmapped granules into
+  /// unmapped room, which growth maps again.
+  void remake_finish(const partly_live_handle& h);
+
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).
   driver_status grow_segment(std::size_t bytes, std::uint64_t tick);

@@ -26,6 +26,7 @@ void pool::deallocate(void* ptr, stream_t stream) {
 void pool::record_stream(void* ptr, stream_t stream) { impl_->record_stream(ptr, stream); }
 void pool::forget_stream(stream_t stream) { impl_->forget_stream(stream); }
 std::size_t pool::release() { return impl_->release(); }
+std::size_t pool::compact() { return impl_->compact(); }
 std::size_t pool::sleep(sleep_keep keep) { return impl_->sleep(keep); }
 void pool::wake() { impl_->wake(); }
 bool pool::asleep() const { return impl_->asleep(); }

@@ -182,6 +182,8 @@ class pool_impl {
   // pool_describe.cpp
   [[nodiscard]] pool_description describe();
 
+  // compaction.cpp (see tidepool::pool::compact)
+  std::size_t compact();
   // sleep_wake.cpp (see tidepool::pool::sleep)
   std::size_t sleep(sleep_keep keep);
   void wake();
@@ -550,6 +552,9 @@ class pool_impl {
     std::size_t offset = 0;  // in host_copy_
   };
   bool asleep_ = false;
+  // compact() sets asleep_ too while it runs (allocate() refuses), and this, so that the refusal
+  // says why.
+  bool compacting_ = false;
   bool automatic_release_awake_ = false;  // automatic_release_ before the pool slept
   std::vector<std::uint32_t> sleep_ids_;  // slept handles
   std::size_t asleep_bytes_ = 0;

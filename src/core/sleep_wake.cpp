@@ -76,6 +76,12 @@ class wake_out_of_memory final : public out_of_memory {
 }  // namespace
 
 void pool_impl::throw_asleep(std::size_t bytes) const {
+  if (compacting_) {
+    throw error(error_code::asleep,
+                fmt::format("tidepool: cannot allocate {} bytes on device {}: compact() is moving this memory on "
+                            "another thread (allocate once it returns)",
+                            bytes, device_));
+  }
   throw error(error_code::asleep,
               fmt::format("tidepool: cannot allocate {} bytes on device {}: this memory is asleep (wake() it first)",
                           bytes, device_));
@@ -150,7 +156,7 @@ void pool_impl::wait_for_streams_in_use() {
     }
     events_.give_back(f.e);
   }
-  if (status != driver_status::success) throw_driver(device_, "waiting for an event before sleep", status);
+  if (status != driver_status::success) throw_driver(device_, compacting_ ? "waiting for an event before compact" : "waiting for an event before sleep", status);
   if (refused) {
     wait_for_device(true);
     return;

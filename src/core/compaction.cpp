@@ -1,0 +1,249 @@
+// Compaction (pool::compact): handles that live blocks cover only in part are made again as
+// handles under just the granules those blocks touch, so that the pool holds no more than that.
+//
+// release() hands back whole free handles only: a live block pins the rest of every handle it
+// touches (up to 24 MiB, growth's largest, or a whole joined handle after wake()), which is what
+// held after a release keeps above live memory (docs/RESULTS.md, section 0, "Held after release:
+// what the layout pins and what the handles pin"). The driver maps a handle whole and cannot give
+// back part of one, and the addresses of live blocks must stay, so the only way to hand back the
+// rest is to move the live bytes: new handles for the runs of granules that something touches,
+// the contents copied through pinned host memory (the driver table has no device-to-device copy),
+// the old handle unmapped, the new ones mapped at the same addresses, the contents copied back,
+// and only then the old handle released. Until that release the old handle still holds the bytes,
+// so every failure before it puts the handle back as it was (remake_undo).
+//
+// What stays mapped in a kept run: every granule that a live block touches, and every granule
+// of a block that is not free for every stream (a capture's private free blocks, frees another
+// stream's work may still read): only free blocks of any stream are carved to unmapped room.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <unordered_set>
+
+#include "core/arena.hpp"
+#include "core/pool_impl.hpp"
+#include "core/unlocked_call.hpp"
+#include "core/units.hpp"
+
+namespace tidepool::detail {
+
+std::vector<arena::partly_live_handle> arena::partly_live_handles(const std::vector<std::uint32_t>& staying) const {
+  std::vector<partly_live_handle> found;
+  if (!guards_large_handles_) return found;  // granule handles: nothing to cut
+  const std::size_t g = granularity_;
+  for (const auto& r : ranges_) {
+    if (r->segment) continue;
+    // Granules that something other than a free block of any stream touches.
+    std::vector<bool> touched(r->size / g, false);
+    for (const block* b = r->first; b != nullptr; b = b->next) {
+      if (b->state == block_state::free_unmapped) continue;
+      if (b->state == block_state::free_mapped && b->owner == 0) continue;
+      const std::size_t first = (round_down(b->address, g) - r->base) / g;
+      const std::size_t last = (round_up(b->end(), g) - r->base) / g;
+      for (std::size_t i = first; i < last; ++i) touched[i] = true;
+    }
+    for (std::size_t i = 0; i < touched.size();) {
+      const std::uint32_t id = r->page_handle[i];
+      if (id == page_table::no_handle) {
+        ++i;
+        continue;
+      }
+      const page_table::handle_record& h = pages_.record(id);
+      const std::size_t granules = h.size / g;
+      const bool eligible = h.size > g && h.at == r->base + i * g && h.handle != 0 && h.aliases.empty() &&
+                            std::find(staying.begin(), staying.end(), id) == staying.end();
+      if (eligible) {
+        partly_live_handle p{id, h.at, h.size, r.get(), {}, {}};
+        for (std::size_t k = i; k < i + granules; ++k) {
+          if (!touched[k]) continue;
+          const device_address at = r->base + k * g;
+          if (!p.kept.empty() && p.kept.back().to == at) {
+            p.kept.back().to += g;
+          } else {
+            p.kept.push_back({at, at + g});
+          }
+        }
+        const std::size_t kept = p.kept_bytes();
+        if (kept != 0 && kept < h.size) found.push_back(std::move(p));
+      }
+      i += std::max<std::size_t>(granules, 1);
+    }
+  }
+  return found;
+}
+
+driver_status arena::remake_begin(partly_live_handle& h) {
+  h.pieces.clear();
+  auto drop_pieces = [&] {
+    for (std::uint32_t id : h.pieces) (void)pages_.release(id);  // a failed release is kept and retried
+    h.pieces.clear();
+  };
+  for (const partly_live_handle::granule_run& run : h.kept) {
+    std::uint32_t id = 0;
+    const driver_status status = pages_.create(run.to - run.from, id);
+    if (status != driver_status::success) {
+      drop_pieces();
+      return status;
+    }
+    h.pieces.push_back(id);
+  }
+  driver_status status = pages_.unmap(h.id);
+  if (status != driver_status::success) {
+    drop_pieces();
+    return status;
+  }
+  std::size_t mapped = 0;
+  for (; mapped < h.pieces.size(); ++mapped) {
+    status = pages_.map(h.pieces[mapped], *h.range, h.kept[mapped].from);
+    if (status != driver_status::success) break;
+  }
+  if (status == driver_status::success) return status;
+  // Back as it was: the pieces mapped so far unmapped, the old handle mapped again.
+  for (std::size_t i = 0; i < mapped; ++i) (void)pages_.unmap(h.pieces[i]);
+  const driver_status back = pages_.map(h.id, *h.range, h.at);
+  drop_pieces();
+  return back == driver_status::success ? status : back;
+}
+
+driver_status arena::remake_undo(partly_live_handle& h) {
+  for (std::uint32_t id : h.pieces) {
+    const driver_status status = pages_.unmap(id);
+    if (status != driver_status::success) return status;
+  }
+  const driver_status status = pages_.map(h.id, *h.range, h.at);
+  if (status != driver_status::success) return status;
+  for (std::uint32_t id : h.pieces) (void)pages_.release(id);
+  h.pieces.clear();
+  return driver_status::success;
+}
+
+void arena::remake_finish(const partly_live_handle& h) {
+  (void)pages_.release(h.id);  // a failed release is kept by the page table and tried again
+  auto carve = [&](device_address from, device_address to) {
+    while (from < to) {
+      // partly_live_handles() left out every granule that anything but a free block touches. A
+      // free block there may since have joined a block freed on one stream while compact()'s
+      // copies ran with the lock dropped: it stays that stream's, in that stream's index.
+      block* b = find_containing(from);
+      free_index& index = *slots_[b->owner];
+      const device_address end = std::min(b->end(), to);
+      index.remove(b);
+      block* room = b;
+      if (from > b->address) {
+        room = cut(b, from - b->address);
+        index.insert(b);
+      }
+      block* above = end < room->end() ? cut(room, end - room->address) : nullptr;
+      coalesce_unmapped(room);
+      if (above != nullptr) index.insert(above);
+      from = end;
+    }
+  };
+  device_address from = h.at;
+  for (const partly_live_handle::granule_run& run : h.kept) {
+    carve(from, run.from);
+    from = run.to;
+  }
+  carve(from, h.at + h.size);
+}
+
+std::size_t pool_impl::compact() {
+  std::lock_guard guard(lock_);
+  if (asleep_) {
+    throw error(error_code::asleep,
+                fmt::format("tidepool: cannot compact device {}: its memory is asleep (wake() it first)", device_));
+  }
+  if (!virtual_memory_) {
+    throw error(error_code::unavailable,
+                fmt::format("tidepool: compact needs the virtual memory API, which device {} lacks", device_));
+  }
+  if (options_.alias_free_handles) {
+    // An aliasing pool counts live blocks on each handle (aliases.cpp); new handles would start
+    // without their counts, and aliasing could map one under a live block.
+    throw error(error_code::unavailable,
+                fmt::format("tidepool: compact does not support alias_free_handles (device {})", device_));
+  }
+  // From here allocate() refuses (throw_asleep says why), no thread's cache holds a block, and no
+  // automatic release runs: the copies below drop the lock while they are waited for.
+  asleep_ = true;
+  compacting_ = true;
+  take_back_lent(true);
+  automatic_release_awake_ = automatic_release_;
+  automatic_release_ = false;
+  struct end_compaction {
+    pool_impl& p;
+    ~end_compaction() {
+      p.asleep_ = false;
+      p.compacting_ = false;
+      p.automatic_release_ = p.automatic_release_awake_;
+      p.kept_.clear();
+      p.host_copy_bytes_ = 0;
+    }
+  } end{*this};
+  // Nothing may still run on the blocks whose bytes move, nor on the free memory that goes.
+  wait_for_streams_in_use();
+  trim_floor_ = 0;
+  pages_.set_at_limit(false);
+  std::size_t released = release_in_steps(std::numeric_limits<std::size_t>::max(),
+                                          std::numeric_limits<std::uint64_t>::max());
+  const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
+  const std::vector<std::uint32_t> staying(shared.begin(), shared.end());
+  auto fail = [&](const char* what, driver_status status) {
+    throw error(error_code::driver_failure,
+                fmt::format("tidepool: compact of device {}: {} failed ({}); that handle stays as it was, {} bytes "
+                            "were handed back before it",
+                            device_, what, to_string(status), released));
+  };
+  for (auto& a : arenas_) {
+    for (arena::partly_live_handle& h : a->partly_live_handles(staying)) {
+      const std::size_t kept = h.kept_bytes();
+      // The new handles exist beside the old one for a moment: not past the byte cap.
+      if (byte_cap_ != std::numeric_limits<std::size_t>::max() && pages_.held_bytes() + kept > byte_cap_) continue;
+      if (host_copy_capacity_ < kept) {
+        drop_host_copy();
+        if (const driver_status status = calls_.host_alloc(kept, &host_copy_); status != driver_status::success) {
+          host_copy_ = nullptr;
+          fail("pinning host memory for the contents", status);
+        }
+        host_copy_capacity_ = kept;
+      }
+      kept_.clear();
+      std::size_t offset = 0;
+      for (const arena::partly_live_handle::granule_run& run : h.kept) {
+        kept_.push_back({run.from, run.to - run.from, offset});
+        offset += run.to - run.from;
+      }
+      host_copy_bytes_ = kept;
+      if (const driver_status status = copy_kept(true); status != driver_status::success) {
+        fail("copying the contents to host memory", status);
+      }
+      const driver_status begun = a->remake_begin(h);
+      if (begun == driver_status::out_of_memory) continue;  // no room for the new handles now: stays as it is
+      if (begun != driver_status::success) fail("re-making a handle", begun);
+      if (const driver_status status = copy_kept(false); status != driver_status::success) {
+        // Copies queued before the failure may still be writing the new handles: the whole device
+        // is waited for before they are unmapped. Where even that fails, unmapping them could race
+        // those copies: they stay, the old handle goes, and the program hears that the bytes there
+        // may be lost.
+        const driver_status waited = call_unlocked(lock_, calls_, driver_call::device_synchronize, 0,
+                                                   [&](driver& d) { return d.device_synchronize(device_); });
+        const driver_status undone = waited == driver_status::success ? a->remake_undo(h) : waited;
+        if (undone != driver_status::success) {
+          if (waited != driver_status::success) a->remake_finish(h);
+          throw error(error_code::driver_failure,
+                      fmt::format("tidepool: compact of device {}: copying the contents back failed ({}) and so did "
+                                  "putting the old handle back ({}); the live blocks at {:#x} may have lost their "
+                                  "contents",
+                                  device_, to_string(status), to_string(undone), h.at));
+        }
+        fail("copying the contents back", status);
+      }
+      a->remake_finish(h);
+      released += h.size - kept;
+    }
+  }
+  return released;
+}
+
+}  // namespace tidepool::detail

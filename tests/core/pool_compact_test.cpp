@@ -1,0 +1,248 @@
+// Compaction (pool::compact) on a host-backed sim: afterwards the pool holds exactly the 2 MiB
+// granules its live blocks touch, every live byte is where it was, the bytes returned are exact,
+// the pool works on as before, the refusals are clear, and a driver failure at any of its calls
+// leaves the pool consistent with every byte intact (and a later compact() finishes the job).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fault_sweep.hpp"
+#include "pool_checker.hpp"
+#include "tidepool/errors.hpp"
+
+namespace tidepool::testing {
+namespace {
+
+constexpr std::size_t granule = 2 * MiB;
+
+struct live_block {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+};
+
+// Blocks from 1 KiB to 24 MiB (log-uniform, some persistent), about half of them freed in random
+// order, the GPU idle: the live ones then pin parts of large handles, as a training loop's
+// optimizer state does beside freed gradients.
+std::vector<live_block> pinned_layout(pool_checker& checker, std::uint64_t seed, int count = 160) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> log_size(std::log(1024.0), std::log(24.0 * MiB));
+  std::vector<live_block> blocks;
+  for (int i = 0; i < count; ++i) {
+    const auto bytes = static_cast<std::size_t>(std::exp(log_size(rng)));
+    const lifetime hint = rng() % 8 == 0 ? lifetime::persistent : lifetime::scratch;
+    blocks.push_back({checker.allocate(bytes, nullptr, hint), bytes});
+  }
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  const std::size_t freed = blocks.size() / 2;
+  for (std::size_t i = 0; i < freed; ++i) checker.free(blocks[i].ptr);
+  blocks.erase(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(freed));
+  return blocks;
+}
+
+// The bytes of the granules live blocks touch (each block as placed: its size rounded to 512).
+std::size_t touched_granule_bytes(const std::vector<live_block>& blocks) {
+  std::set<std::uintptr_t> granules;
+  for (const live_block& b : blocks) {
+    const auto from = reinterpret_cast<std::uintptr_t>(b.ptr);
+    const std::uintptr_t to = from + (b.bytes + 511) / 512 * 512;
+    for (std::uintptr_t g = from / granule; g <= (to - 1) / granule; ++g) granules.insert(g);
+  }
+  return granules.size() * granule;
+}
+
+error_code code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no tidepool::error";
+  return error_code::invalid_argument;
+}
+
+TEST(PoolCompact, HoldsExactlyTheGranulesLiveBlocksTouchWithEveryByteInPlace) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  const std::vector<live_block> live = pinned_layout(checker, 7);
+  checker.check();
+  const std::size_t touched = touched_granule_bytes(live);
+
+  const std::size_t held = sim->physical_bytes(0);
+  (void)p.release();
+  const std::size_t after_release = sim->physical_bytes(0);
+  ASSERT_GT(after_release, touched) << "no handle is pinned in part: the test proves nothing";
+
+  const std::size_t returned = p.compact();
+  EXPECT_EQ(sim->physical_bytes(0), touched) << "what live blocks touch, and nothing else, stays";
+  EXPECT_EQ(returned, after_release - touched) << "the bytes returned are exact";
+  EXPECT_LT(touched, held);
+  checker.check();
+  checker.check_patterns();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim->unmapped_access_count(), 0u);
+  EXPECT_FALSE(p.asleep());
+  EXPECT_EQ(p.compact(), 0u) << "a second compact has nothing left to hand back";
+
+  // The pool works on: the holes compaction left are mapped again by growth, and everything
+  // goes back at the end.
+  std::vector<void*> more;
+  for (std::size_t bytes : {std::size_t{3000}, 5 * MiB, 17 * MiB + 11, 40 * MiB}) more.push_back(checker.allocate(bytes));
+  checker.check();
+  checker.check_patterns();
+  for (void* m : more) checker.free(m);
+  for (const live_block& b : live) checker.free(b.ptr);
+  checker.check();
+  (void)p.release();
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  EXPECT_EQ(p.stats().mapped_bytes, 0u);
+}
+
+// Calls of every kind: the layout's own growth and placement, then compact() itself.
+TEST(PoolCompact, OverSeveralLayoutsTheHeldBytesAreTheTouchedGranules) {
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+    pool p(sim, 0);
+    pool_checker checker(*sim, p);
+    const std::vector<live_block> live = pinned_layout(checker, seed);
+    (void)p.compact();
+    EXPECT_EQ(sim->physical_bytes(0), touched_granule_bytes(live));
+    checker.check();
+    checker.check_patterns();
+  }
+}
+
+// A block freed on a stream whose work is still queued keeps its memory until the work ends:
+// compact() waits for it first, so nothing is unmapped under queued work and the block's
+// memory goes back too.
+TEST(PoolCompact, WaitsForQueuedWorkBeforeMovingOrUnmappingAnything) {
+  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  stream_t side = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &side), driver_status::success);
+  std::vector<live_block> live = pinned_layout(checker, 11, 80);
+  void* busy = checker.allocate(9 * MiB, side);
+  checker.free_after_work(busy, 5000.0);  // freed on `side` behind 5 ms of work that touches it
+  void* reading = checker.allocate(3 * MiB, side);
+  sim->launch(0, side, 5000.0, reinterpret_cast<device_address>(reading), 3 * MiB);
+  live.push_back({reading, 3 * MiB});
+  (void)p.compact();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim->physical_bytes(0), touched_granule_bytes(live));
+  checker.check();
+  checker.check_patterns();
+  for (const live_block& b : live) checker.free(b.ptr);
+  (void)p.release();
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  ASSERT_EQ(sim->stream_destroy(0, side), driver_status::success);
+}
+
+TEST(PoolCompact, RefusesClearlyWhereItCannotRun) {
+  {
+    auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+    pool p(sim, 0);
+    pool_checker checker(*sim, p);
+    void* a = checker.allocate(5 * MiB);
+    (void)p.sleep(sleep_keep::contents);
+    EXPECT_EQ(code_of([&] { (void)p.compact(); }), error_code::asleep);
+    p.wake();
+    EXPECT_EQ(p.compact(), 0u) << "awake again, it runs (nothing to hand back here)";
+    checker.check_patterns();
+    checker.free(a);
+  }
+  {
+    auto sim = std::make_shared<sim_driver>(small_device(256 * MiB, /*virtual_memory=*/false));
+    pool p(sim, 0);
+    EXPECT_EQ(code_of([&] { (void)p.compact(); }), error_code::unavailable);
+  }
+  {
+    auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+    pool_options options;
+    options.alias_free_handles = true;
+    pool p(sim, 0, options);
+    EXPECT_EQ(code_of([&] { (void)p.compact(); }), error_code::unavailable);
+  }
+}
+
+// At the device's capacity the new handles cannot exist beside the old one: that handle stays as
+// it is, nothing fails, and the rest is compacted.
+TEST(PoolCompact, AHandleWithNoRoomToMoveStaysAsItIs) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  const std::vector<live_block> live = pinned_layout(checker, 7);
+  (void)p.release();
+  const std::size_t held = sim->physical_bytes(0);
+  sim->set_capacity_limit(0, held);  // not one byte more
+  EXPECT_EQ(p.compact(), 0u);
+  EXPECT_EQ(sim->physical_bytes(0), held);
+  checker.check();
+  checker.check_patterns();
+  sim->set_capacity_limit(0, 1024 * MiB);
+  EXPECT_GT(p.compact(), 0u);
+  EXPECT_EQ(sim->physical_bytes(0), touched_granule_bytes(live));
+  checker.check_patterns();
+}
+
+// One driver failure at each of compact()'s calls in turn: a clear error or a smaller return,
+// the pool's invariants, every live byte in place, and a compact() after it reaching the touched
+// granules; then everything freed goes back.
+TEST(PoolCompact, ADriverFailureAtAnyCallLeavesThePoolWholeAndTheBytesInPlace) {
+  auto run = [](const std::function<void(sim_driver&)>& arm) {
+    auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+    pool p(sim, 0);
+    pool_checker checker(*sim, p);
+    const std::vector<live_block> live = pinned_layout(checker, 3, 160);
+    (void)p.release();
+    const driver_call_counts before = sim->call_counts();
+    arm(*sim);
+    try {
+      (void)p.compact();
+    } catch (const error& e) {
+      EXPECT_EQ(e.code(), error_code::driver_failure) << e.what();
+      EXPECT_NE(std::string(e.what()).find("compact"), std::string::npos) << e.what();
+    }
+    driver_call_counts made = sim->call_counts();
+    for (std::size_t k = 0; k < driver_call_kinds; ++k) made.calls[k] -= before.calls[k];
+    checker.check();
+    checker.check_patterns();
+    EXPECT_FALSE(p.asleep());
+    EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+    (void)p.compact();
+    EXPECT_EQ(sim->physical_bytes(0), touched_granule_bytes(live));
+    checker.check();
+    checker.check_patterns();
+    for (const live_block& b : live) checker.free(b.ptr);
+    (void)p.release();
+    expect_nothing_held(sim->physical_bytes(0), p.stats().mapped_bytes);
+    return made;
+  };
+  const driver_call_counts clean = run([](sim_driver&) {});
+  ASSERT_GT(clean.calls[static_cast<std::size_t>(driver_call::copy_to_host)], 0u) << "nothing was compacted";
+  std::uint64_t points = 0;
+  for (std::size_t k = 0; k < driver_call_kinds; ++k) {
+    const auto call = static_cast<driver_call>(k);
+    for (std::uint64_t n = 1; n <= clean.calls[k]; ++n) {
+      SCOPED_TRACE(std::string("failure injected at ") + std::string(to_string(call)) + " call " + std::to_string(n));
+      (void)run([call, n](sim_driver& sim) { sim.fail_nth(call, n, injected_status(call)); });
+      ++points;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  std::printf("compact fault sweep: %llu runs with one failure (every call)\n", static_cast<unsigned long long>(points));
+}
+
+}  // namespace
+}  // namespace tidepool::testing
