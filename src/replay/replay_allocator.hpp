@@ -36,6 +36,10 @@ class replay_allocator {
   /// Hands every cached byte the allocator can give back to the driver (torch.cuda.empty_cache(),
   /// cupy free_all_blocks(), cudaMemPoolTrimTo(0), tidepool::pool::release()). Returns the bytes.
   virtual std::size_t release() = 0;
+  /// After release(): moves live bytes so that only what live allocations touch stays held
+  /// (tidepool::pool::compact). Returns the bytes handed back; nullopt where the allocator has no
+  /// such call (every baseline) or refuses it (tidepool with alias_free_handles).
+  virtual std::optional<std::size_t> compact() { return std::nullopt; }
   /// Physical device memory the allocator holds from the driver, by its own count.
   [[nodiscard]] virtual std::size_t held_bytes() const noexcept = 0;
   /// What the allocator holds block by block (tidepool: pool::describe); nullopt where the

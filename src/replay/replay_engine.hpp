@@ -92,6 +92,8 @@ struct replay_result {
   std::size_t peak_held_bytes = 0;
   std::size_t held_end_bytes = 0;            ///< held after the last row, before release
   std::size_t held_after_release_bytes = 0;  ///< held after the allocator's release()
+  /// Held after compact() following that release (tidepool; its calls are not in driver_calls).
+  std::optional<std::size_t> held_after_compact_bytes;
   std::size_t released_bytes = 0;           ///< what release() says it returned
   std::size_t own_held_end_bytes = 0;        ///< the allocator's own count at the end
   /// Where the allocator can describe itself (tidepool), before the release at the end: its

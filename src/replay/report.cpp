@@ -173,6 +173,11 @@ std::optional<goal_verdicts> check_goals(const std::vector<replay_result>& resul
                                  static_cast<double>(after_release_bound(*pool));
   v.after_release_within_layout = static_cast<double>(pool->held_after_release_bytes) <=
                                   static_cast<double>(pool->live_end_granule_bytes) * 1.02;
+  if (pool->held_after_compact_bytes) {
+    const auto held = static_cast<double>(*pool->held_after_compact_bytes);
+    v.after_compact_within_bound = held <= static_cast<double>(after_release_bound(*pool));
+    v.after_compact_within_layout = held <= static_cast<double>(pool->live_end_granule_bytes);
+  }
   return v;
 }
 
@@ -214,6 +219,11 @@ void goal_tally::add(const goal_verdicts& v) {
   held_within_1_03 += v.held_within_1_03 ? 1 : 0;
   after_release_within_bound += v.after_release_within_bound ? 1 : 0;
   after_release_within_layout += v.after_release_within_layout ? 1 : 0;
+  if (v.after_compact_within_bound) {
+    ++with_compact;
+    after_compact_within_bound += *v.after_compact_within_bound ? 1 : 0;
+    after_compact_within_layout += v.after_compact_within_layout.value_or(false) ? 1 : 0;
+  }
   if (v.expandable_ratio) {
     ++compared_with_expandable;
     not_above_expandable += *v.not_above_expandable ? 1 : 0;
@@ -296,6 +306,12 @@ std::string format_goal_tally(const goal_tally& t) {
                      t.after_release_within_bound, t.traces);
   out += fmt::format("  held after release within the 2 MiB granules its blocks live at end touch + 2%: met on {} of {}\n",
                      t.after_release_within_layout, t.traces);
+  if (t.with_compact != 0) {
+    out += fmt::format("  held after compact() within live at end in 2 MiB pages + 2%: met on {} of {}\n",
+                       t.after_compact_within_bound, t.with_compact);
+    out += fmt::format("  held after compact() within the 2 MiB granules its blocks live at end touch: met on {} of {}\n",
+                       t.after_compact_within_layout, t.with_compact);
+  }
   if (t.after_release_over_expandable.count != 0) {
     out += fmt::format("  held after release no more than expandable segments': met on {} of {}\n",
                        t.after_release_not_above_expandable, t.after_release_over_expandable.count);
@@ -338,6 +354,11 @@ std::string format_json(const std::vector<replay_result>& results) {
     o["held_ratio"] = r.held_ratio();
     o["held_end_bytes"] = r.held_end_bytes;
     o["held_after_release_bytes"] = r.held_after_release_bytes;
+    if (r.held_after_compact_bytes) {
+      o["held_after_compact_bytes"] = *r.held_after_compact_bytes;
+    } else {
+      o["held_after_compact_bytes"] = nullptr;
+    }
     o["live_end_bytes"] = r.live_end_bytes;
     o["live_end_allocations"] = r.live_end_allocations;
     o["live_end_granule_bytes"] = r.live_end_granule_bytes;

@@ -41,6 +41,10 @@ struct goal_verdicts {
   /// held after release <= the granules tidepool's own blocks live at the end touch + 2%: what its
   /// layout allows; the difference from the line above is the layout's, beyond it the handles'
   bool after_release_within_layout = false;
+  /// held after compact() <= live at end in 2 MiB pages + 2% (nullopt: no compact figure)
+  std::optional<bool> after_compact_within_bound;
+  /// held after compact() <= the granules its blocks live at the end touch: all it should hold
+  std::optional<bool> after_compact_within_layout;
   std::optional<double> driver_time_ratio;      ///< first-pass driver time over expandable's (both > 0)
   std::optional<double> after_release_ratio;    ///< held after release over expandable's (both > 0)
   std::uint64_t failures = 0;                   ///< tidepool's failed allocations (a device too small)
@@ -68,6 +72,9 @@ struct goal_tally {
   unsigned no_calls_after_pass_two = 0;
   unsigned after_release_within_bound = 0;
   unsigned after_release_within_layout = 0;
+  unsigned with_compact = 0;  ///< traces with a figure after compact()
+  unsigned after_compact_within_bound = 0;
+  unsigned after_compact_within_layout = 0;
   double worst_above_expandable = 0;      ///< largest held_ratio - expandable_ratio (0 if never above)
   std::string worst_trace;                ///< the trace it was measured on
   /// Geometric means of the ratios to expandable segments (worst pass, first-pass driver time,

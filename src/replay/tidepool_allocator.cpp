@@ -23,6 +23,15 @@ void tidepool_allocator::deallocate(device_address address, std::size_t, stream_
 
 std::size_t tidepool_allocator::release() { return pool_.release(); }
 
+std::optional<std::size_t> tidepool_allocator::compact() {
+  try {
+    return pool_.compact();
+  } catch (const error& e) {
+    if (e.code() == error_code::unavailable) return std::nullopt;
+    throw;
+  }
+}
+
 std::size_t tidepool_allocator::held_bytes() const noexcept { return pool_.stats().mapped_bytes; }
 std::optional<pool_description> tidepool_allocator::describe() const { return pool_.describe(); }
 

@@ -23,6 +23,8 @@ class tidepool_allocator final : public replay_allocator {
   void deallocate(device_address address, std::size_t bytes, stream_t stream) override;
   /// pool::release().
   std::size_t release() override;
+  /// pool::compact(); nullopt where the pool refuses it (alias_free_handles).
+  std::optional<std::size_t> compact() override;
   /// pool_stats::mapped_bytes.
   [[nodiscard]] std::size_t held_bytes() const noexcept override;
   /// pool::describe().
