@@ -234,6 +234,15 @@ TIDEPOOL_API tidepool_status tidepool_byte_cap(int device, uint64_t* bytes);
 /** Hands `device`'s free cached memory back to the driver; *bytes: what went back (0 where no
  *  pool exists). bytes may be NULL. */
 TIDEPOOL_API tidepool_status tidepool_release(int device, size_t* bytes);
+/** tidepool_release, then the rest of what live allocations pin on `device`'s pool
+ *  (tidepool::pool::compact): every physical handle that live allocations cover only in part is
+ *  made again under just the 2 MiB granules they touch, their bytes moved through pinned host
+ *  memory to the same addresses. Waits for the pool's streams first; while it runs no GPU work may
+ *  touch the pool's memory, and allocations on other threads fail with TIDEPOOL_ASLEEP. *bytes:
+ *  what went back, release's included (0 where no pool exists); bytes may be NULL. Tags' pools are
+ *  left as they are. TIDEPOOL_UNAVAILABLE without the virtual memory API or with
+ *  alias_free_handles; TIDEPOOL_ASLEEP while the pool sleeps. */
+TIDEPOOL_API tidepool_status tidepool_compact(int device, size_t* bytes);
 /** On every GPU this process has opened, and no other: every pool's cache, the CUDA async pools,
  *  then the reclaim hooks. *bytes: handed back, by the allocators' own counts. bytes may be NULL. */
 TIDEPOOL_API tidepool_status tidepool_release_cached_memory(size_t* bytes);

@@ -12,7 +12,7 @@ loader's search path.
 """
 
 from . import _frameworks  # noqa: F401  (registers the framework-cache reclaim hook on load)
-from ._allocate import (ANY_DEVICE, allocate, deallocate, device_count, forget_stream,
+from ._allocate import (ANY_DEVICE, allocate, compact, deallocate, device_count, forget_stream,
                         get_current_stream, has_context, record_stream, release, set_current_stream)
 from ._errors import AsleepError, InvalidArgumentError, LibraryNotFoundError, OutOfMemoryError, TidepoolError
 from ._graph_pools import GraphPool, current_graph_pool
@@ -34,7 +34,8 @@ __all__ = [
     "ANY_DEVICE", "AsleepError", "GraphPool", "ImportedMemory", "InvalidArgumentError", "LibraryNotFoundError",
     "MemoryShare", "MemorySummary", "OutOfMemoryError", "Stats",
     "TidepoolError",
-    "add_reclaim_hook", "allocate", "allocating_persistent", "available_bytes", "byte_cap", "current_graph_pool", "deallocate",
+    "add_reclaim_hook", "allocate", "allocating_persistent", "available_bytes", "byte_cap", "compact", "current_graph_pool",
+    "deallocate",
     "describe", "device_count",
     "dump_snapshot", "forget_stream", "get_current_stream", "get_pool_options", "get_sharing_options",
     "has_context", "imported_bytes", "kept_for_other_processes", "library_path", "memory_snapshot", "memory_summary", "recent_events", "record",

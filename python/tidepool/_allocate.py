@@ -65,6 +65,20 @@ def release(device):
     return released.value
 
 
+def compact(device):
+    """release(device), then the rest of what live allocations pin: every handle they cover only in
+    part is made again under just the 2 MiB granules they touch, their bytes moved (through pinned
+    host memory) to the same addresses, so that the pool holds what its live allocations touch and
+    no more. Returns the bytes handed back, release's included. It waits for the pool's streams
+    first; while it runs, no GPU work may use the pool's memory (call it between phases, as for
+    sleep()), and allocations on other threads raise AsleepError. With PyTorch:
+    `torch.cuda.synchronize(); tidepool.compact(torch.cuda.current_device())`."""
+    device = _arguments.device("compact", device)
+    released = ctypes.c_size_t(0)
+    _library.check(_library.load().tidepool_compact(device, ctypes.byref(released)))
+    return released.value
+
+
 def device_count():
     """Devices the driver sees."""
     count = ctypes.c_int(0)

@@ -164,6 +164,7 @@ _PROTOTYPES = {
     "tidepool_stats": (_status, [ctypes.c_int, ctypes.POINTER(CStats)]),
     "tidepool_reset_peak_stats": (_status, [ctypes.c_int]),
     "tidepool_release": (_status, [ctypes.c_int, _size_p]),
+    "tidepool_compact": (_status, [ctypes.c_int, _size_p]),
     "tidepool_release_cached_memory": (_status, [_size_p]),
     "tidepool_available_bytes": (_status, [ctypes.c_int, _size_p]),
     "tidepool_set_byte_cap": (_status, [ctypes.c_int, ctypes.c_uint64]),

@@ -150,6 +150,19 @@ tidepool_status tidepool_release(int device, size_t* bytes) {
   });
 }
 
+tidepool_status tidepool_compact(int device, size_t* bytes) {
+  using namespace tidepool::detail;
+  return guarded([&] {
+    std::size_t released = 0;
+    if (tidepool::pool* p = find_pool(device)) {
+      released = p->compact();
+    } else {
+      check_device_exists(device);
+    }
+    if (bytes != nullptr) *bytes = released;
+  });
+}
+
 tidepool_status tidepool_release_cached_memory(size_t* bytes) {
   using namespace tidepool::detail;
   return guarded([&] {

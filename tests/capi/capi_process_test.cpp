@@ -1,5 +1,5 @@
 // Tests of the C API's process-wide entry points: device count and contexts, stats (honouring the
-// caller's struct size) and resetting their peaks, a device's byte cap, release,
+// caller's struct size) and resetting their peaks, a device's byte cap, release, compact,
 // release_cached_memory, available bytes, C reclaim hooks, and several devices (MultiDevice).
 #include <gtest/gtest.h>
 
@@ -202,6 +202,34 @@ TEST_F(CApiProcess, ReleaseAndReleaseCachedMemoryReportExactBytes) {
   EXPECT_EQ(sim.call_counts().of(driver_call::async_pool_trim), 1u);  // device 1 has no context
   EXPECT_FALSE(sim.has_context(1));
   EXPECT_EQ(tidepool_release_cached_memory(nullptr), TIDEPOOL_SUCCESS);
+}
+
+TEST_F(CApiProcess, CompactHandsBackWhatLiveAllocationsPinAndReportsExactBytes) {
+  auto& sim = use_small_sim(2);
+  // Sizes that leave live blocks on parts of large handles once every other one is freed.
+  std::vector<void*> blocks;
+  std::size_t size = 700 * 1024;
+  for (int i = 0; i < 40; ++i) {
+    void* ptr = nullptr;
+    ASSERT_EQ(tidepool_allocate(size, 0, nullptr, TIDEPOOL_SCRATCH, &ptr), TIDEPOOL_SUCCESS);
+    blocks.push_back(ptr);
+    size = size * 7 % (23 * MiB) + 300 * 1024;
+  }
+  for (std::size_t i = 0; i < blocks.size(); i += 2) ASSERT_EQ(tidepool_deallocate(blocks[i], 0, nullptr), TIDEPOOL_SUCCESS);
+  std::size_t bytes = 0;
+  ASSERT_EQ(tidepool_release(0, &bytes), TIDEPOOL_SUCCESS);
+  const std::size_t held = sim.physical_bytes(0);
+  ASSERT_EQ(tidepool_compact(0, &bytes), TIDEPOOL_SUCCESS);
+  EXPECT_GT(bytes, 0u) << "nothing was pinned: the test proves nothing";
+  EXPECT_EQ(held - sim.physical_bytes(0), bytes);
+  ASSERT_EQ(tidepool_compact(0, nullptr), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_compact(1, &bytes), TIDEPOOL_SUCCESS);  // no pool there: nothing, none made
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(existing_pools()[1], nullptr);
+  EXPECT_EQ(tidepool_compact(2, &bytes), TIDEPOOL_INVALID_DEVICE);
+  for (std::size_t i = 1; i < blocks.size(); i += 2) ASSERT_EQ(tidepool_deallocate(blocks[i], 0, nullptr), TIDEPOOL_SUCCESS);
+  ASSERT_EQ(tidepool_release(0, &bytes), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(sim.physical_bytes(0), 0u);
 }
 
 TEST_F(CApiProcess, AvailableBytes) {
