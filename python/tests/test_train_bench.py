@@ -548,6 +548,10 @@ def test_report_gives_what_each_allocator_held_after_release():
                       live_at_release_bytes=2 << 30, persistent_optimizer_state=True)
     assert report.held_after_release([kept_apart]) == [
         "  gpt-vary: held after release tidepool (optimizer state persistent) 2.12 GiB (live 2.00 GiB)"]
+    compacted = dict(common, allocator="tidepool", held_after_release_bytes=(9 << 30) // 4,
+                     live_at_release_bytes=2 << 30, held_after_compact_bytes=(33 << 30) // 16, compact_seconds=0.0125)
+    assert report.held_after_release([compacted]) == [
+        "  gpt-vary: held after release tidepool 2.25 GiB (2.06 GiB after compact(), 12.5 ms) (live 2.00 GiB)"]
 
 
 def test_held_after_release_empties_the_cache_first_and_reads_the_allocators_own_figure():
@@ -575,13 +579,25 @@ def test_held_after_release_empties_the_cache_first_and_reads_the_allocators_own
                                                                     "live_at_release_bytes": 2 << 30}
     assert calls == [("synchronize", 0), "empty_cache"]
 
-    class Tidepool:  # under tidepool, its own pool's mapped bytes
-        @staticmethod
-        def stats(device):
-            return type("stats", (), {"mapped_bytes": 5 << 29})
+    class Tidepool:  # under tidepool, its own pool's mapped bytes, then compact()'s
+        mapped = 5 << 29
+
+        @classmethod
+        def stats(cls, device):
+            return type("stats", (), {"mapped_bytes": cls.mapped})
+
+        @classmethod
+        def compact(cls, device):
+            calls.append(("compact", device))
+            cls.mapped = 2 << 30
+            return (5 << 29) - (2 << 30)
 
     figures = train_bench._held_after_release(fake_torch, Tidepool, 0)
     assert figures["held_after_release_bytes"] == 5 << 29
+    assert figures["held_after_compact_bytes"] == 2 << 30
+    assert figures["compact_returned_bytes"] == (5 << 29) - (2 << 30)
+    assert figures["compact_seconds"] >= 0
+    assert calls[-1] == ("compact", 0)
 
 
 def test_use_pluggable_async_routes_torch_to_the_named_library(monkeypatch):

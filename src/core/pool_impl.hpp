@@ -15,6 +15,7 @@
 //   release_policy.cpp   events that make frees safe for every stream, release, automatic release
 //   out_of_memory_path.cpp  reclaiming everywhere before giving up, and the report
 //   sleep_wake.cpp       handing every handle back while keeping addresses, and taking them again
+//   compaction.cpp       handles live blocks cover in part made again under just what they touch
 //   pool_thread_caches.cpp  blocks lent to threads' caches (thread_cache.hpp), which serve
 //                        same-size pairs of a contended thread before the lock
 //   graph_capture.cpp    blocks allocated in a CUDA graph capture, kept for the graph's life

@@ -213,7 +213,10 @@ def held_after_release(results):
         if not runs:
             continue
         cells = [f"{r['allocator']}{' (optimizer state persistent)' if r.get('persistent_optimizer_state') else ''} "
-                 f"{r['held_after_release_bytes'] / GiB:.2f} GiB" for r in runs]
+                 f"{r['held_after_release_bytes'] / GiB:.2f} GiB"
+                 + (f" ({r['held_after_compact_bytes'] / GiB:.2f} GiB after compact(), "
+                    f"{r['compact_seconds'] * 1000:.1f} ms)" if r.get("held_after_compact_bytes") is not None else "")
+                 for r in runs]
         live = [r["live_at_release_bytes"] for r in runs if r.get("live_at_release_bytes") is not None]
         live_text = f" (live {max(live) / GiB:.2f} GiB)" if live else ""
         lines.append(f"  {workload}: held after release {', '.join(cells)}{live_text}")

@@ -310,7 +310,15 @@ def _held_after_release(torch, tidepool, device):
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()
     held = tidepool.stats(device).mapped_bytes if tidepool is not None else torch.cuda.memory_reserved(device)
-    return {"held_after_release_bytes": held, "live_at_release_bytes": torch.cuda.memory_allocated(device)}
+    figures = {"held_after_release_bytes": held, "live_at_release_bytes": torch.cuda.memory_allocated(device)}
+    if tidepool is not None:
+        # Then tidepool.compact(): the rest of what live tensors pin goes too (their bytes move).
+        start = time.perf_counter()
+        returned = tidepool.compact(device)
+        figures["compact_seconds"] = time.perf_counter() - start
+        figures["compact_returned_bytes"] = returned
+        figures["held_after_compact_bytes"] = tidepool.stats(device).mapped_bytes
+    return figures
 
 
 def worker(args):

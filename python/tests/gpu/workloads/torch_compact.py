@@ -1,0 +1,59 @@
+"""tidepool.compact() on a GPU, under tidepool.torch.use(): tensors of many sizes, half of them
+freed, the cache emptied; then compact() moves the live tensors' bytes so that only the 2 MiB
+granules they touch stay held. Prints the figures (the pool's own and NVML's) and whether every
+live tensor still holds its values at its address, and whether a CUDA graph captured over one of
+them replays right after the move. JSON."""
+
+import random
+
+import torch
+
+import tidepool
+from common import MiB, emit, torch_memory
+
+tidepool.torch.use()
+rng = random.Random(7)
+tensors = []
+for i in range(160):
+    numel = int(2 ** rng.uniform(8, 22.6))  # 1 KiB to about 24 MiB of float32
+    t = torch.empty(numel, dtype=torch.float32, device="cuda")
+    t.copy_(torch.arange(numel, dtype=torch.float32, device="cuda") * 0.5 + i)
+    tensors.append(t)
+rng.shuffle(tensors)
+del tensors[:80]
+live = tensors
+expected = [t.cpu() for t in live]
+addresses = [t.data_ptr() for t in live]
+
+# A graph captured over one live tensor (the smallest: little capture memory) before the move
+# must read the moved bytes after it.
+first = min(range(len(live)), key=lambda k: live[k].numel())
+static = live[first]
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    doubled = static * 2
+torch.cuda.synchronize()
+torch.cuda.empty_cache()
+granules = set()
+for t in live:
+    start = t.data_ptr()
+    end = start + (t.numel() * 4 + 511) // 512 * 512
+    granules.update(range(start // (2 * MiB), (end - 1) // (2 * MiB) + 1))
+nvml = torch_memory()
+nvml_before = nvml.bytes()
+held_before = tidepool.stats().mapped_bytes
+returned = tidepool.compact(torch.cuda.current_device())
+after = tidepool.stats()
+nvml_after = nvml.bytes()
+graph.replay()
+torch.cuda.synchronize()
+emit({"held_after_release": held_before,
+      "returned": returned,
+      "held_after_compact": after.mapped_bytes,
+      "live_bytes": after.in_use_bytes,
+      "nvml_drop": nvml_before - nvml_after,
+      "graph_output_bytes": doubled.numel() * 4,
+      "touched_granule_bytes": len(granules) * 2 * MiB,
+      "same_addresses": [t.data_ptr() for t in live] == addresses,
+      "values_kept": all(torch.equal(t.cpu(), e) for t, e in zip(live, expected)),
+      "graph_reads_moved_bytes": bool(torch.equal(doubled.cpu(), expected[first] * 2))})
