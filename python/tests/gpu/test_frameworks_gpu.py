@@ -37,7 +37,11 @@ def test_torch_compact_moves_live_tensors_and_hands_back_what_they_pinned():
     r = run_workload("torch_compact.py")
     assert r["held_after_compact"] < r["held_after_release"], r  # live tensors pinned part of handles
     assert r["returned"] == r["held_after_release"] - r["held_after_compact"], r
-    assert r["nvml_drop"] == r["returned"], r  # the driver sees exactly what compact() reports
+    # The driver sees what compact() reports: exactly from the second call on; in the first, the
+    # CUDA context may take up to one 2 MiB chunk for the stream the copies go on (H100: 2 MiB).
+    assert r["returned"] - 2 * MiB <= r["nvml_drop"] <= r["returned"], r
+    assert r["returned_again"] > 0 and r["nvml_drop_again"] == r["returned_again"], r
+    assert r["values_kept_again"], r
     # What stays: the granules live tensors touch, and the capture's own few blocks.
     assert r["held_after_compact"] <= r["touched_granule_bytes"] + 8 * MiB + r["graph_output_bytes"], r
     assert r["same_addresses"] and r["values_kept"], r
