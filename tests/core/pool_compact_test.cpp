@@ -1,8 +1,10 @@
 // Compaction (pool::compact) on a host-backed sim: afterwards the pool holds exactly the 2 MiB
 // granules its live blocks touch, every live byte is where it was, the bytes returned are exact,
 // the pool works on as before, the refusals are clear, and a driver failure at any of its calls
-// leaves the pool consistent with every byte intact (and a later compact() finishes the job).
+// leaves the pool consistent with every byte intact (and a later compact() finishes the job); memory
+// exported to another process stays as it is until the export ends.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -147,6 +149,58 @@ TEST(PoolCompact, WaitsForQueuedWorkBeforeMovingOrUnmappingAnything) {
   (void)p.release();
   EXPECT_EQ(sim->physical_bytes(0), 0u);
   ASSERT_EQ(sim->stream_destroy(0, side), driver_status::success);
+}
+
+// Memory exported to another process stays as it is while the export is in use (that process maps
+// the handle: re-made here, the two would part), with every handle a live block shares with it;
+// once the export ends, compact() re-makes it like any other.
+TEST(PoolCompact, MemoryExportedToAnotherProcessStaysUntilTheExportEnds) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  const std::vector<live_block> live = pinned_layout(checker, 7);
+  (void)p.release();
+  // A live block on a handle with a granule no live block touches: one compaction would re-make.
+  const std::size_t touched_before = touched_granule_bytes(live);
+  void* shared = nullptr;
+  std::size_t pinned_there = 0;
+  for (const handle_description& h : p.describe().handles) {
+    if (h.size <= granule) continue;
+    std::vector<live_block> on;
+    for (const live_block& b : live) {
+      const auto a = reinterpret_cast<std::uintptr_t>(b.ptr);
+      if (a < h.address + h.size && h.address < a + b.bytes) on.push_back(b);
+    }
+    std::set<std::uintptr_t> granules;
+    for (const live_block& b : on) {
+      const auto a = reinterpret_cast<std::uintptr_t>(b.ptr);
+      for (std::uintptr_t g = std::max(a, h.address) / granule;
+           g <= (std::min(a + b.bytes, h.address + h.size) - 1) / granule; ++g) {
+        granules.insert(g);
+      }
+    }
+    if (!on.empty() && granules.size() * granule < h.size) {
+      shared = on.front().ptr;
+      pinned_there = h.size - granules.size() * granule;
+      break;
+    }
+  }
+  ASSERT_NE(shared, nullptr) << "no handle is pinned in part: the test proves nothing";
+  exported_allocation e = p.export_allocation(shared);
+  for (const int fd : e.fds) ::close(fd);
+  (void)p.compact();
+  exported_allocation again = p.export_allocation(shared);
+  for (const int fd : again.fds) ::close(fd);
+  EXPECT_EQ(again.handle_ids, e.handle_ids) << "the exported handles were re-made";
+  EXPECT_GE(sim->physical_bytes(0), touched_before + pinned_there) << "what the export pins stays";
+  checker.check();
+  checker.check_patterns();
+  p.end_export(shared);
+  p.end_export(shared);
+  (void)p.compact();
+  EXPECT_EQ(sim->physical_bytes(0), touched_before) << "the export ended: compacted like the rest";
+  checker.check();
+  checker.check_patterns();
 }
 
 TEST(PoolCompact, RefusesClearlyWhereItCannotRun) {
