@@ -254,10 +254,10 @@ class arena {
   /// Undoes a remake_begin() that succeeded: the new handles unmapped and released, the old one
   /// mapped where it was (its memory, never released, holds what it held).
   driver_status remake_undo(partly_live_handle& h);
-  /// Ends a remake_begin() that succeeded: releases the old handle (a failed release is kept by
-  /// the page table and tried again) and turns the free blocks over its unmapped granules into
-  /// unmapped room, which growth maps again.
-  void remake_finish(const partly_live_handle& h);
+  /// Ends a remake_begin() that succeeded: releases the old handle and turns the free blocks over
+  /// its unmapped granules into unmapped room, which growth maps again. Returns the release's
+  /// status (a failed release is kept by the page table, still held, and tried again by release()).
+  driver_status remake_finish(const partly_live_handle& h);
 
   // --- without the virtual memory API ---
   /// A new segment of at least `bytes`, as one free block of any stream (freed at `tick`).

@@ -118,8 +118,9 @@ driver_status arena::remake_undo(partly_live_handle& h) {
   return driver_status::success;
 }
 
-void arena::remake_finish(const partly_live_handle& h) {
-  (void)pages_.release(h.id);  // a failed release is kept by the page table and tried again
+driver_status arena::remake_finish(const partly_live_handle& h) {
+  // A failed release is kept by the page table (still held) and tried again by release().
+  const driver_status released = pages_.release(h.id);
   auto carve = [&](device_address from, device_address to) {
     while (from < to) {
       // partly_live_handles() left out every granule that anything but a free block touches. A
@@ -146,6 +147,7 @@ void arena::remake_finish(const partly_live_handle& h) {
     from = run.to;
   }
   carve(from, h.at + h.size);
+  return released;
 }
 
 std::size_t pool_impl::compact() {
@@ -230,7 +232,7 @@ std::size_t pool_impl::compact() {
                                                    [&](driver& d) { return d.device_synchronize(device_); });
         const driver_status undone = waited == driver_status::success ? a->remake_undo(h) : waited;
         if (undone != driver_status::success) {
-          if (waited != driver_status::success) a->remake_finish(h);
+          if (waited != driver_status::success) (void)a->remake_finish(h);
           throw error(error_code::driver_failure,
                       fmt::format("tidepool: compact of device {}: copying the contents back failed ({}) and so did "
                                   "putting the old handle back ({}); the live blocks at {:#x} may have lost their "
@@ -239,7 +241,13 @@ std::size_t pool_impl::compact() {
         }
         fail("copying the contents back", status);
       }
-      a->remake_finish(h);
+      if (const driver_status status = a->remake_finish(h); status != driver_status::success) {
+        throw error(error_code::driver_failure,
+                    fmt::format("tidepool: compact of device {}: releasing a re-made handle's old memory failed ({}); "
+                                "its {} bytes stay held and the next release() tries again ({} bytes were handed "
+                                "back before it)",
+                                device_, to_string(status), h.size, released));
+      }
       released += h.size - kept;
     }
   }

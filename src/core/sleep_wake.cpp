@@ -89,7 +89,7 @@ void pool_impl::throw_asleep(std::size_t bytes) const {
 
 bool pool_impl::asleep() {
   std::lock_guard guard(lock_);
-  return asleep_;
+  return asleep_ && !compacting_;
 }
 
 void pool_impl::wait_for_streams_in_use() {

@@ -92,6 +92,24 @@ class call_hook_driver : public driver {
     pass(driver_call::async_pool_trim, 0);
     return sim_->trim_async_pools(device);
   }
+  driver_status host_alloc(int device, std::size_t bytes, void** out) override {
+    pass(driver_call::host_alloc, bytes);
+    return sim_->host_alloc(device, bytes, out);
+  }
+  driver_status host_free(int device, void* host) override {
+    pass(driver_call::host_free, 0);
+    return sim_->host_free(device, host);
+  }
+  driver_status copy_to_host(int device, void* destination, device_address source, std::size_t bytes,
+                             stream_t stream) override {
+    pass(driver_call::copy_to_host, bytes);
+    return sim_->copy_to_host(device, destination, source, bytes, stream);
+  }
+  driver_status copy_to_device(int device, device_address destination, const void* source, std::size_t bytes,
+                               stream_t stream) override {
+    pass(driver_call::copy_to_device, bytes);
+    return sim_->copy_to_device(device, destination, source, bytes, stream);
+  }
   driver_call_counts call_counts() const override { return sim_->call_counts(); }
   double modelled_cost_us(driver_call call, std::size_t bytes) const override {
     return sim_->modelled_cost_us(call, bytes);

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "call_hook_driver.hpp"
 #include "fault_sweep.hpp"
 #include "pool_checker.hpp"
 #include "tidepool/errors.hpp"
@@ -201,6 +202,47 @@ TEST(PoolCompact, MemoryExportedToAnotherProcessStaysUntilTheExportEnds) {
   EXPECT_EQ(sim->physical_bytes(0), touched_before) << "the export ended: compacted like the rest";
   checker.check();
   checker.check_patterns();
+}
+
+// While compact() waits for its copies (the lock dropped), another caller's allocation is refused
+// with a reason that names compact(), and a free goes through: what that free joins is handed back
+// from the next compaction on, and nothing is lost or corrupted.
+TEST(PoolCompact, WhileItWaitsAllocationsAreRefusedWithAReasonAndFreesGoThrough) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool* target = nullptr;
+  void* victim = nullptr;
+  bool armed = false;
+  std::string refusal;
+  error_code refused_with = error_code::invalid_argument;
+  auto hooked = std::make_shared<call_hook_driver>(sim, [&](driver_call call, std::size_t) {
+    if (!armed || call != driver_call::stream_synchronize) return;
+    armed = false;
+    try {
+      (void)target->allocate(MiB);
+    } catch (const error& e) {
+      refusal = e.what();
+      refused_with = e.code();
+    }
+    target->deallocate(victim);
+  });
+  pool p(hooked, 0);
+  target = &p;
+  pool_checker checker(*sim, p);
+  const std::vector<live_block> live = pinned_layout(checker, 5);
+  victim = p.allocate(5 * MiB);  // the checker does not know it: freed inside compact()
+  armed = true;
+  EXPECT_GT(p.compact(), 0u);
+  EXPECT_FALSE(armed) << "compact() made no copy: the test proves nothing";
+  EXPECT_EQ(refused_with, error_code::asleep);
+  EXPECT_NE(refusal.find("compact"), std::string::npos) << refusal;
+  EXPECT_FALSE(p.asleep());
+  checker.check();
+  checker.check_patterns();
+  (void)p.compact();
+  EXPECT_EQ(sim->physical_bytes(0), touched_granule_bytes(live));
+  void* after = checker.allocate(3 * MiB);  // allocations work again
+  checker.free(after);
+  checker.check();
 }
 
 TEST(PoolCompact, RefusesClearlyWhereItCannotRun) {
