@@ -2,7 +2,8 @@
 // granules its live blocks touch, every live byte is where it was, the bytes returned are exact,
 // the pool works on as before, the refusals are clear, and a driver failure at any of its calls
 // leaves the pool consistent with every byte intact (and a later compact() finishes the job); memory
-// exported to another process stays as it is until the export ends.
+// exported to another process stays as it is until the export ends; random work on two streams
+// around twenty compactions keeps all of it true.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -124,6 +125,53 @@ TEST(PoolCompact, OverSeveralLayoutsTheHeldBytesAreTheTouchedGranules) {
     checker.check();
     checker.check_patterns();
   }
+}
+
+// Random work on two streams, some of it still queued on the GPU (frees behind work, kernels
+// reading live blocks), with a compaction every round: after each, the pool holds exactly the
+// granules its live blocks touch, every live byte is in place, nothing was unmapped under queued
+// work, and the pool goes on serving.
+TEST(PoolCompact, RandomWorkOnTwoStreamsAroundTwentyCompactions) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  stream_t side = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &side), driver_status::success);
+  std::mt19937_64 rng(2026);
+  std::uniform_real_distribution<double> log_size(std::log(256.0), std::log(24.0 * MiB));
+  std::vector<live_block> live;
+  std::size_t returned = 0;
+  for (int round = 0; round < 20; ++round) {
+    for (int op = 0; op < 60; ++op) {
+      if (live.size() < 20 || rng() % 2 == 0) {
+        const auto bytes = static_cast<std::size_t>(std::exp(log_size(rng)));
+        const stream_t stream = rng() % 3 == 0 ? side : nullptr;
+        live.push_back({checker.allocate(bytes, stream), bytes});
+        if (rng() % 4 == 0) {  // a kernel reading it, still running when compact() begins
+          sim->launch(0, stream, 1000.0 * static_cast<double>(rng() % 5),
+                      reinterpret_cast<device_address>(live.back().ptr), bytes);
+        }
+      } else {
+        const std::size_t i = rng() % live.size();
+        checker.free_after_work(live[i].ptr, 500.0 * static_cast<double>(rng() % 4));
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+    SCOPED_TRACE("round " + std::to_string(round));
+    returned += p.compact();
+    EXPECT_EQ(sim->physical_bytes(0), touched_granule_bytes(live));
+    checker.check();
+    checker.check_patterns();
+    EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+    EXPECT_EQ(sim->unmapped_access_count(), 0u);
+    if (::testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(returned, 0u);
+  for (const live_block& b : live) checker.free(b.ptr);
+  checker.check();
+  (void)p.release();
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
+  ASSERT_EQ(sim->stream_destroy(0, side), driver_status::success);
 }
 
 // A block freed on a stream whose work is still queued keeps its memory until the work ends:
