@@ -27,7 +27,9 @@ exported_allocation pool_impl::export_allocation(const void* ptr) {
   const block& b = handed_out_block(ptr, "export_allocation", requested);
   if (asleep_) {
     throw error(error_code::asleep,
-                fmt::format("cannot export the allocation at {}: its memory is asleep (wake it first)", ptr));
+                fmt::format("cannot export the allocation at {}: {}", ptr,
+                            compacting_ ? "compact() is moving its memory on another thread"
+                                        : "its memory is asleep (wake it first)"));
   }
   if (b.range->segment) {
     throw error(error_code::unavailable,

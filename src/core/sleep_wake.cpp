@@ -189,6 +189,11 @@ driver_status pool_impl::copy_kept(bool to_host) {
 
 std::size_t pool_impl::sleep(sleep_keep keep) {
   std::lock_guard guard(lock_);
+  if (compacting_) {
+    throw error(error_code::asleep,
+                fmt::format("tidepool: cannot sleep device {}: compact() is moving its memory on another thread",
+                            device_));
+  }
   if (asleep_) {
     throw error(error_code::asleep, fmt::format("tidepool: the memory of device {} is asleep already", device_));
   }
@@ -376,8 +381,9 @@ bool pool_impl::undo_wake(std::size_t count) {
 
 void pool_impl::wake() {
   std::lock_guard guard(lock_);
-  if (!asleep_) {
-    throw error(error_code::asleep, fmt::format("tidepool: the memory of device {} is not asleep", device_));
+  if (!asleep_ || compacting_) {  // compact() sets asleep_ while it runs: not asleep all the same
+    throw error(error_code::asleep, fmt::format("tidepool: the memory of device {} is not asleep{}", device_,
+                                                compacting_ ? " (compact() runs on another thread)" : ""));
   }
   // The byte cap holds while waking too.
   if (pages_.held_bytes() + asleep_bytes_ > byte_cap_) {

@@ -252,8 +252,8 @@ TEST(PoolCompact, MemoryExportedToAnotherProcessStaysUntilTheExportEnds) {
   checker.check_patterns();
 }
 
-// While compact() waits for its copies (the lock dropped), another caller's allocation is refused
-// with a reason that names compact(), and a free goes through: what that free joins is handed back
+// While compact() waits for its copies (the lock dropped), another caller's allocation, sleep and
+// wake are refused with a reason that names compact(), and a free goes through: what that free joins is handed back
 // from the next compaction on, and nothing is lost or corrupted.
 TEST(PoolCompact, WhileItWaitsAllocationsAreRefusedWithAReasonAndFreesGoThrough) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
@@ -270,6 +270,17 @@ TEST(PoolCompact, WhileItWaitsAllocationsAreRefusedWithAReasonAndFreesGoThrough)
     } catch (const error& e) {
       refusal = e.what();
       refused_with = e.code();
+    }
+    // Nor may sleep() or wake() run meanwhile; both say why.
+    for (const std::function<void()>& f : std::vector<std::function<void()>>{
+             [&] { (void)target->sleep(sleep_keep::contents); }, [&] { target->wake(); }}) {
+      try {
+        f();
+        ADD_FAILURE() << "sleep() or wake() ran inside compact()";
+      } catch (const error& e) {
+        EXPECT_EQ(e.code(), error_code::asleep);
+        EXPECT_NE(std::string(e.what()).find("compact"), std::string::npos) << e.what();
+      }
     }
     target->deallocate(victim);
   });
