@@ -249,8 +249,9 @@ class arena {
   [[nodiscard]] std::vector<partly_live_handle> partly_live_handles(const std::vector<std::uint32_t>& staying) const;
   /// Makes a handle for each of `h`'s kept runs, unmaps `h` and maps the new ones at the runs; the
   /// granules between them are unmapped, their free blocks not yet carved (remake_finish). On
-  /// failure nothing changed (the new handles went back).
-  driver_status remake_begin(partly_live_handle& h);
+  /// failure the new handles went back and `h` is mapped where it was, unless even that failed
+  /// (`restored` false: a second driver failure).
+  driver_status remake_begin(partly_live_handle& h, bool& restored);
   /// Undoes a remake_begin() that succeeded: the new handles unmapped and released, the old one
   /// mapped where it was (its memory, never released, holds what it held).
   driver_status remake_undo(partly_live_handle& h);

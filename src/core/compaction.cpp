@@ -73,7 +73,8 @@ std::vector<arena::partly_live_handle> arena::partly_live_handles(const std::vec
   return found;
 }
 
-driver_status arena::remake_begin(partly_live_handle& h) {
+driver_status arena::remake_begin(partly_live_handle& h, bool& restored) {
+  restored = true;
   h.pieces.clear();
   auto drop_pieces = [&] {
     for (std::uint32_t id : h.pieces) (void)pages_.release(id);  // a failed release is kept and retried
@@ -101,9 +102,9 @@ driver_status arena::remake_begin(partly_live_handle& h) {
   if (status == driver_status::success) return status;
   // Back as it was: the pieces mapped so far unmapped, the old handle mapped again.
   for (std::size_t i = 0; i < mapped; ++i) (void)pages_.unmap(h.pieces[i]);
-  const driver_status back = pages_.map(h.id, *h.range, h.at);
+  restored = pages_.map(h.id, *h.range, h.at) == driver_status::success;
   drop_pieces();
-  return back == driver_status::success ? status : back;
+  return status;
 }
 
 driver_status arena::remake_undo(partly_live_handle& h) {
@@ -220,7 +221,14 @@ std::size_t pool_impl::compact() {
       if (const driver_status status = copy_kept(true); status != driver_status::success) {
         fail("copying the contents to host memory", status);
       }
-      const driver_status begun = a->remake_begin(h);
+      bool restored = true;
+      const driver_status begun = a->remake_begin(h, restored);
+      if (!restored) {
+        throw error(error_code::driver_failure,
+                    fmt::format("tidepool: compact of device {}: re-making the handle at {:#x} failed ({}) and so did "
+                                "mapping it back; the live blocks there have no memory mapped under them",
+                                device_, h.at, to_string(begun)));
+      }
       if (begun == driver_status::out_of_memory) continue;  // no room for the new handles now: stays as it is
       if (begun != driver_status::success) fail("re-making a handle", begun);
       if (const driver_status status = copy_kept(false); status != driver_status::success) {
