@@ -184,6 +184,7 @@ constexpr const char* page_tail = R"HTML(</script>
     var cols = [["peak_held_bytes", "peak held", fmtBytes], ["held_ratio", "held / live", fmtRatio],
                 ["held_end_bytes", "held at end", fmtBytes],
                 ["held_after_release_bytes", "after release", fmtBytes],
+                ["held_after_compact_bytes", "after compact", fmtBytes],
                 ["driver_calls", "drv calls", fmtCount], ["driver_us", "drv time", fmtUs],
                 ["ns_per_op", "ns/op", fmtNs], ["failures", "failed", fmtCount]];
     if (multi) {
