@@ -239,9 +239,9 @@ TIDEPOOL_API tidepool_status tidepool_release(int device, size_t* bytes);
  *  made again under just the 2 MiB granules they touch, their bytes moved through pinned host
  *  memory to the same addresses. Waits for the pool's streams first; while it runs no GPU work may
  *  touch the pool's memory, and allocations on other threads fail with TIDEPOOL_ASLEEP. *bytes:
- *  what went back, release's included (0 where no pool exists); bytes may be NULL. Tags' pools are
- *  left as they are. TIDEPOOL_UNAVAILABLE without the virtual memory API or with
- *  alias_free_handles; TIDEPOOL_ASLEEP while the pool sleeps. */
+ *  what went back, release's included (0 where no pool exists); bytes may be NULL. The pools of
+ *  the tags on `device` are compacted too, but a sleeping one (its memory went back already).
+ *  TIDEPOOL_UNAVAILABLE without the virtual memory API or with alias_free_handles. */
 TIDEPOOL_API tidepool_status tidepool_compact(int device, size_t* bytes);
 /** On every GPU this process has opened, and no other: every pool's cache, the CUDA async pools,
  *  then the reclaim hooks. *bytes: handed back, by the allocators' own counts. bytes may be NULL. */

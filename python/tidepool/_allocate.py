@@ -69,7 +69,8 @@ def compact(device):
     """release(device), then the rest of what live allocations pin: every handle they cover only in
     part is made again under just the 2 MiB granules they touch, their bytes moved (through pinned
     host memory) to the same addresses, so that the pool holds what its live allocations touch and
-    no more. Returns the bytes handed back, release's included. It waits for the pool's streams
+    no more; the pools of the tags on `device` too, but a sleeping one. Returns the bytes handed
+    back, release's included. It waits for the pool's streams
     first; while it runs, no GPU work may use the pool's memory (call it between phases, as for
     sleep()), and allocations on other threads raise AsleepError. With PyTorch:
     `torch.cuda.synchronize(); tidepool.compact(torch.cuda.current_device())`."""

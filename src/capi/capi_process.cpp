@@ -159,6 +159,11 @@ tidepool_status tidepool_compact(int device, size_t* bytes) {
     } else {
       check_device_exists(device);
     }
+    // The tags' pools on the device too (their memory is the program's as much), but a sleeping
+    // one: its memory went back when it slept.
+    for (tidepool::pool* p : tag_pools(device)) {
+      if (!p->asleep()) released += p->compact();
+    }
     if (bytes != nullptr) *bytes = released;
   });
 }

@@ -1,7 +1,7 @@
 // Tags, sleep and wake through the C API (issue 13): a tag's memory comes from pools of its own
 // and is never another tag's, frees find the owning pool by address, sleep and wake act on one tag
 // only, bad use gets a clear status, the PyTorch entry points honour the tag, and a tag's pools
-// can be listed and described.
+// can be listed and described, and tidepool_compact reaches the tags' pools but a sleeping one.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -47,6 +47,36 @@ class CApiTagsSim : public process_test {
     return use_sim(std::move(config));
   }
 };
+
+// tidepool_compact(device) compacts the tags' pools on the device too, but a sleeping one.
+TEST_F(CApiTagsSim, CompactReachesTheTagsPoolsButASleepingOne) {
+  sim_driver& sim = host_backed();
+  auto pinned_in = [](const char* tag) {
+    std::vector<void*> blocks;
+    std::size_t size = 700 * 1024;
+    for (int i = 0; i < 20; ++i) {
+      blocks.push_back(allocate_in(tag, size));
+      size = size * 7 % (13 * MiB) + 300 * 1024;
+    }
+    for (std::size_t i = 0; i < blocks.size(); i += 2) {
+      EXPECT_EQ(tidepool_deallocate(blocks[i], 0, nullptr), TIDEPOOL_SUCCESS);
+    }
+  };
+  pinned_in("weights");
+  pinned_in("kv-cache");
+  std::size_t bytes = 0;
+  ASSERT_EQ(tidepool_sleep("kv-cache", TIDEPOOL_KEEP_CONTENTS, &bytes), TIDEPOOL_SUCCESS) << last_error();
+  ASSERT_EQ(tidepool_release(0, &bytes), TIDEPOOL_SUCCESS);
+  const tidepool_stats_t weights_before = tag_stats("weights");
+  const tidepool_stats_t asleep_before = tag_stats("kv-cache");
+  const std::size_t held = sim.physical_bytes(0);
+  ASSERT_EQ(tidepool_compact(0, &bytes), TIDEPOOL_SUCCESS) << last_error();
+  EXPECT_GT(bytes, 0u) << "the awake tag's pool pinned nothing: the test proves nothing";
+  EXPECT_EQ(held - sim.physical_bytes(0), bytes);
+  EXPECT_EQ(weights_before.mapped_bytes - tag_stats("weights").mapped_bytes, bytes);
+  EXPECT_EQ(tag_stats("kv-cache").asleep_bytes, asleep_before.asleep_bytes) << "the sleeping tag was left alone";
+  ASSERT_EQ(tidepool_wake("kv-cache"), TIDEPOOL_SUCCESS) << last_error();
+}
 
 TEST_F(CApiTagsSim, TagsNeverShareMemory) {
   host_backed();
