@@ -14,10 +14,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <set>
 #include <vector>
 
+#include "tidepool/errors.hpp"
 #include "tidepool/pool.hpp"
 #include "tidepool/sim.hpp"
 
@@ -241,6 +243,17 @@ class pool_checker {
 };
 
 /// A simulated device with host memory behind it (small, so tests stay light).
+/// The code of the tidepool::error that `f` throws (a test failure when it throws none).
+inline error_code code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no tidepool::error";
+  return error_code::invalid_argument;
+}
+
 inline sim_config small_device(std::size_t capacity = 1024 * MiB, bool virtual_memory = true) {
   sim_config config;
   config.capacity = capacity;

@@ -64,16 +64,6 @@ std::size_t touched_granule_bytes(const std::vector<live_block>& blocks) {
   return granules.size() * granule;
 }
 
-error_code code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no tidepool::error";
-  return error_code::invalid_argument;
-}
-
 TEST(PoolCompact, HoldsExactlyTheGranulesLiveBlocksTouchWithEveryByteInPlace) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0);

@@ -48,16 +48,6 @@ void expect_same(sim_driver& sim, const filled& f) {
   EXPECT_EQ(std::memcmp(host, f.bytes.data(), f.bytes.size()), 0) << "contents of " << f.bytes.size() << " bytes differ";
 }
 
-error_code code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "no tidepool::error";
-  return error_code::invalid_argument;
-}
-
 TEST(PoolSleep, ContentsComeBackByteForByteAtTheSameAddresses) {
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
   pool p(sim, 0);
