@@ -245,8 +245,13 @@ class arena {
   };
   /// This arena's handles larger than a granule with at least one granule that only free blocks
   /// of any stream touch and at least one that something else touches (a live block, a block
-  /// free for one stream or a capture only), none of them aliased, asleep or in `staying`.
-  [[nodiscard]] std::vector<partly_live_handle> partly_live_handles(const std::vector<std::uint32_t>& staying) const;
+  /// free for one stream or a capture only), none of them aliased or in `staying`; mapped ones, or
+  /// with `asleep` slept ones (pool::sleep trims those: sleep_wake.cpp).
+  [[nodiscard]] std::vector<partly_live_handle> partly_live_handles(const std::vector<std::uint32_t>& staying,
+                                                                    bool asleep = false) const;
+  /// Turns the free blocks over `h`'s granules outside its kept runs, which back nothing any more,
+  /// into unmapped room (each piece left in its stream's index).
+  void carve_unkept(const partly_live_handle& h);
   /// Makes a handle for each of `h`'s kept runs, unmaps `h` and maps the new ones at the runs; the
   /// granules between them are unmapped, their free blocks not yet carved (remake_finish). On
   /// failure the new handles went back and `h` is mapped where it was, unless even that failed

@@ -28,7 +28,8 @@
 
 namespace tidepool::detail {
 
-std::vector<arena::partly_live_handle> arena::partly_live_handles(const std::vector<std::uint32_t>& staying) const {
+std::vector<arena::partly_live_handle> arena::partly_live_handles(const std::vector<std::uint32_t>& staying,
+                                                                  bool asleep) const {
   std::vector<partly_live_handle> found;
   if (!guards_large_handles_) return found;  // granule handles: nothing to cut
   const std::size_t g = granularity_;
@@ -51,7 +52,7 @@ std::vector<arena::partly_live_handle> arena::partly_live_handles(const std::vec
       }
       const page_table::handle_record& h = pages_.record(id);
       const std::size_t granules = h.size / g;
-      const bool eligible = h.size > g && h.at == r->base + i * g && h.handle != 0 && h.aliases.empty() &&
+      const bool eligible = h.size > g && h.at == r->base + i * g && (h.handle == 0) == asleep && h.aliases.empty() &&
                             std::find(staying.begin(), staying.end(), id) == staying.end();
       if (eligible) {
         partly_live_handle p{id, h.at, h.size, r.get(), {}, {}};
@@ -122,6 +123,11 @@ driver_status arena::remake_undo(partly_live_handle& h) {
 driver_status arena::remake_finish(const partly_live_handle& h) {
   // A failed release is kept by the page table (still held) and tried again by release().
   const driver_status released = pages_.release(h.id);
+  carve_unkept(h);
+  return released;
+}
+
+void arena::carve_unkept(const partly_live_handle& h) {
   auto carve = [&](device_address from, device_address to) {
     while (from < to) {
       // partly_live_handles() left out every granule that anything but a free block touches. A
@@ -148,7 +154,6 @@ driver_status arena::remake_finish(const partly_live_handle& h) {
     from = run.to;
   }
   carve(from, h.at + h.size);
-  return released;
 }
 
 std::size_t pool_impl::compact() {

@@ -305,6 +305,28 @@ void page_table::join_slept(std::uint32_t first, std::uint32_t next) noexcept {
   free_ids_.push_back(next);
 }
 
+void page_table::split_slept(std::uint32_t id, const std::vector<std::pair<device_address, std::size_t>>& runs,
+                             std::vector<std::uint32_t>& out) {
+  address_range& range = *handles_[id].range;
+  forget_slept(id);
+  for (const auto& [at, size] : runs) {
+    std::uint32_t piece = 0;
+    if (free_ids_.empty()) {
+      piece = static_cast<std::uint32_t>(handles_.size());
+      handles_.emplace_back();
+    } else {
+      piece = free_ids_.back();
+      free_ids_.pop_back();
+    }
+    handles_[piece] = handle_record{};
+    handles_[piece].size = size;
+    handles_[piece].at = at;
+    handles_[piece].range = &range;
+    name_pages(range, at, size, piece);
+    out.push_back(piece);
+  }
+}
+
 void page_table::forget_slept(std::uint32_t id) noexcept {
   handle_record& h = handles_[id];
   name_pages(*h.range, h.at, h.size, no_handle);

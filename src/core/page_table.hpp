@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/driver_calls.hpp"
@@ -189,6 +190,11 @@ class page_table {
   /// Forgets slept handle `id` with no driver call (its memory went back when it slept): its
   /// granules back nothing any more and its id is free.
   void forget_slept(std::uint32_t id) noexcept;
+  /// Replaces slept handle `id` by slept handles of the spans `runs` (address and size, inside
+  /// it, granule multiples), which wake() makes instead; its other granules back nothing. Appends
+  /// the new ids to `out`.
+  void split_slept(std::uint32_t id, const std::vector<std::pair<device_address, std::size_t>>& runs,
+                   std::vector<std::uint32_t>& out);
 
  private:
   driver_calls& calls_;

@@ -348,6 +348,10 @@ class pool_impl {
   [[noreturn]] void throw_asleep(std::size_t bytes) const;
   /// Waits for the work queued on every stream that may use the pool's memory (sleep).
   void wait_for_streams_in_use();
+  /// Trims each slept handle that live blocks touched only in part to the runs of granules they
+  /// touch (as compact() does awake handles; no copy: the contents were copied block by block), so
+  /// that wake() maps no granule only free blocks lay on; those become unmapped room.
+  void trim_slept_handles(const std::unordered_set<std::uint32_t>& shared);
   /// Joins the slept handles lying wholly inside one live block, so that wake() makes one handle
   /// where growth had made several; drops the joined ids from sleep_ids_.
   void join_slept_handles();

@@ -9,6 +9,10 @@
 // sleeping, the cache goes back as release() would (whole free handles), so what sleeps is only
 // what live blocks touch; the bytes returned are the sum, exact.
 //
+// A slept handle that live blocks touched only in part is trimmed to the runs of granules they
+// touch (trim_slept_handles, as compaction.cpp re-makes awake ones): wake maps what the live blocks
+// need, not the free rest a live block pinned, and the rest becomes unmapped room.
+//
 // Slept handles lying wholly inside one live block are joined (up to max_joined_handle_bytes), so
 // wake makes one handle where growth made several: the driver's cost is per handle (DESIGN 2a),
 // and growth keeps handles small only so that a block pins little of a handle other blocks share,
@@ -311,6 +315,7 @@ std::size_t pool_impl::sleep(sleep_keep keep) {
     (void)undo_wake(woken);
     throw_driver(device_, "sleep (unmapping a handle; the memory is asleep in part: wake() restores it)", status);
   }
+  trim_slept_handles(shared);
   join_slept_handles();
   return released;
 }
@@ -335,6 +340,22 @@ std::unordered_set<std::uint32_t> pool_impl::handles_staying_awake() {
     }
   }
   return shared;
+}
+
+void pool_impl::trim_slept_handles(const std::unordered_set<std::uint32_t>& shared) {
+  const std::vector<std::uint32_t> staying(shared.begin(), shared.end());
+  for (const auto& a : arenas_) {
+    // An aliasing arena counts live blocks on each handle record, which new records would lack.
+    if (a->settings().aliases) continue;
+    for (const arena::partly_live_handle& h : a->partly_live_handles(staying, true)) {
+      std::vector<std::pair<device_address, std::size_t>> runs;
+      for (const arena::partly_live_handle::granule_run& run : h.kept) runs.emplace_back(run.from, run.to - run.from);
+      std::erase(sleep_ids_, h.id);  // before the split, whose first piece may take the id again
+      pages_.split_slept(h.id, runs, sleep_ids_);
+      asleep_bytes_ -= h.size - h.kept_bytes();
+      a->carve_unkept(h);
+    }
+  }
 }
 
 void pool_impl::join_slept_handles() {

@@ -21,6 +21,7 @@
 
 #include "call_hook_driver.hpp"
 #include "fault_sweep.hpp"
+#include "pinned_layout.hpp"
 #include "pool_checker.hpp"
 #include "tidepool/errors.hpp"
 
@@ -28,41 +29,6 @@ namespace tidepool::testing {
 namespace {
 
 constexpr std::size_t granule = 2 * MiB;
-
-struct live_block {
-  void* ptr = nullptr;
-  std::size_t bytes = 0;
-};
-
-// Blocks from 1 KiB to 24 MiB (log-uniform, some persistent), about half of them freed in random
-// order, the GPU idle: the live ones then pin parts of large handles, as a training loop's
-// optimizer state does beside freed gradients.
-std::vector<live_block> pinned_layout(pool_checker& checker, std::uint64_t seed, int count = 160) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> log_size(std::log(1024.0), std::log(24.0 * MiB));
-  std::vector<live_block> blocks;
-  for (int i = 0; i < count; ++i) {
-    const auto bytes = static_cast<std::size_t>(std::exp(log_size(rng)));
-    const lifetime hint = rng() % 8 == 0 ? lifetime::persistent : lifetime::scratch;
-    blocks.push_back({checker.allocate(bytes, nullptr, hint), bytes});
-  }
-  std::shuffle(blocks.begin(), blocks.end(), rng);
-  const std::size_t freed = blocks.size() / 2;
-  for (std::size_t i = 0; i < freed; ++i) checker.free(blocks[i].ptr);
-  blocks.erase(blocks.begin(), blocks.begin() + static_cast<std::ptrdiff_t>(freed));
-  return blocks;
-}
-
-// The bytes of the granules live blocks touch (each block as placed: its size rounded to 512).
-std::size_t touched_granule_bytes(const std::vector<live_block>& blocks) {
-  std::set<std::uintptr_t> granules;
-  for (const live_block& b : blocks) {
-    const auto from = reinterpret_cast<std::uintptr_t>(b.ptr);
-    const std::uintptr_t to = from + (b.bytes + 511) / 512 * 512;
-    for (std::uintptr_t g = from / granule; g <= (to - 1) / granule; ++g) granules.insert(g);
-  }
-  return granules.size() * granule;
-}
 
 TEST(PoolCompact, HoldsExactlyTheGranulesLiveBlocksTouchWithEveryByteInPlace) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));

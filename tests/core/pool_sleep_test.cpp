@@ -1,8 +1,9 @@
 // Sleep and wake (issue 13) on a host-backed sim: every byte comes back at the same address, the
 // bytes handed back are exact, nothing is unmapped under queued work, allocation while asleep is
 // refused and freeing works, a wake that finds no room (or a failing driver) leaves the pool
-// asleep with its contents, handles under one live block wake as one and are split back when
-// reused, and the checker's invariants hold after every step, also under random work.
+// asleep with its contents, wake maps only the granules live blocks touch, handles under one live
+// block wake as one and are split back when reused, and the checker's invariants hold after every
+// step, also under random work.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "pinned_layout.hpp"
 #include "pool_checker.hpp"
 #include "tidepool/errors.hpp"
 
@@ -143,6 +145,39 @@ TEST(PoolSleep, MemoryExportedToAnotherProcessStaysAwakeUntilTheExportEnds) {
   checker.free(shared.ptr);
   checker.free(own.ptr);
   checker.check();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  EXPECT_EQ(sim->unmapped_access_count(), 0u);
+}
+
+// Awake, a live block pins the rest of every handle it touches; asleep, its bytes are in the host
+// copy, so wake maps only the granules live blocks touch and the rest becomes unmapped room.
+TEST(PoolSleep, WakeMapsOnlyTheGranulesLiveBlocksTouch) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  const std::vector<live_block> live = pinned_layout(checker, 7);
+  (void)p.release();
+  const std::size_t held = sim->physical_bytes(0);
+  const std::size_t touched = touched_granule_bytes(live);
+  ASSERT_GT(held, touched) << "no handle is pinned in part: the test proves nothing";
+  EXPECT_EQ(p.sleep(sleep_keep::contents), held) << "every byte held goes, as before";
+  EXPECT_EQ(p.stats().asleep_bytes, touched) << "what wake maps";
+  checker.check();
+  p.wake();
+  EXPECT_EQ(sim->physical_bytes(0), touched);
+  checker.check();
+  checker.check_patterns();
+  EXPECT_EQ(p.sleep(sleep_keep::contents), touched);
+  p.wake();
+  EXPECT_EQ(sim->physical_bytes(0), touched);
+  checker.check_patterns();
+  void* more = checker.allocate(30 * MiB);  // growth maps the room the trim left
+  checker.check();
+  checker.free(more);
+  for (const live_block& b : live) checker.free(b.ptr);
+  checker.check();
+  (void)p.release();
+  EXPECT_EQ(sim->physical_bytes(0), 0u);
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
   EXPECT_EQ(sim->unmapped_access_count(), 0u);
 }
