@@ -70,10 +70,10 @@ def compact(device):
     part is made again under just the 2 MiB granules they touch, their bytes moved (through pinned
     host memory) to the same addresses, so that the pool holds what its live allocations touch and
     no more; the pools of the tags on `device` too, but a sleeping one. Returns the bytes handed
-    back, release's included. It waits for the pool's streams
-    first; while it runs, no GPU work may use the pool's memory (call it between phases, as for
-    sleep()), and allocations on other threads raise AsleepError. With PyTorch:
-    `torch.cuda.synchronize(); tidepool.compact(torch.cuda.current_device())`."""
+    back, release's included. It waits for the pool's streams first; while it runs, no GPU work may
+    use the pool's memory (call it between phases, as for sleep()), and allocations on other
+    threads raise AsleepError. With PyTorch: `torch.cuda.empty_cache();
+    tidepool.compact(torch.cuda.current_device())`."""
     device = _arguments.device("compact", device)
     released = ctypes.c_size_t(0)
     _library.check(_library.load().tidepool_compact(device, ctypes.byref(released)))

@@ -160,7 +160,10 @@ void pool_impl::wait_for_streams_in_use() {
     }
     events_.give_back(f.e);
   }
-  if (status != driver_status::success) throw_driver(device_, compacting_ ? "waiting for an event before compact" : "waiting for an event before sleep", status);
+  if (status != driver_status::success) {
+    throw_driver(device_, compacting_ ? "waiting for an event before compact" : "waiting for an event before sleep",
+                 status);
+  }
   if (refused) {
     wait_for_device(true);
     return;
