@@ -279,9 +279,10 @@ class TIDEPOOL_API pool {
   /// cannot move: memory exported to another process and not yet ended (as for sleep), a CUDA
   /// graph capture's cached blocks, and frees another stream's work still holds. Waits first for
   /// the work queued on every stream the pool's allocations were made, freed or recorded on (as
-  /// sleep() does). While it runs the program must not touch the pool's memory from the GPU
-  /// (the bytes move: a kernel would read an unmapped address or stale bytes) and allocate() on
-  /// other threads throws tidepool::error (asleep); deallocate() works. A handle the device has
+  /// sleep() does), so call it outside a CUDA graph capture. While it runs the program must not
+  /// touch the pool's memory from the GPU (the bytes move: a kernel would read an unmapped
+  /// address or stale bytes) and allocate() on other threads throws tidepool::error (asleep);
+  /// deallocate() works. A handle the device has
   /// no room to copy (the new handles exist beside the old one for a moment), or that would pass
   /// the byte cap meanwhile, stays as it is. Returns the bytes handed back, release()'s included.
   /// Throws tidepool::error: asleep while asleep, unavailable without the virtual memory API or
