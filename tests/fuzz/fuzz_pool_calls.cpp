@@ -2,7 +2,7 @@
 // a host-backed simulated GPU: default options (byte cap, release policy), allocations of any size
 // and lifetime on the default stream and three others (tidepool_allocate and the PyTorch and CuPy
 // entry points), frees, record_stream with work queued, streams forgotten, destroyed and made
-// again, release, release_cached_memory, stats, the clock moving, and bad input: zero and absurd
+// again, release, compact, release_cached_memory, stats, the clock moving, and bad input: zero and absurd
 // sizes, a wrong device, foreign, interior and already freed pointers. After every call: no crash,
 // bad input refused with its status and a message, and the figures right (in use + cached = mapped,
 // mapped = what the driver holds, the live count the program's, nothing unmapped under queued work,
@@ -94,7 +94,7 @@ class session {
   }
 
   void step() {
-    switch (in_.next() % 13) {
+    switch (in_.next() % 14) {
       case 0: allocate(entry::plain); break;
       case 1: free_live(); break;
       case 2: bad_free(); break;
@@ -112,6 +112,7 @@ class session {
         expect(tidepool_available_bytes(0, &available), TIDEPOOL_SUCCESS, "available_bytes");
         break;
       }
+      case 13: compact(); break;
     }
     check();
   }
@@ -291,6 +292,12 @@ class session {
     std::size_t bytes = 0;
     const tidepool_status status = tidepool_release(0, &bytes);
     if (status != TIDEPOOL_SUCCESS && status != TIDEPOOL_INVALID_DEVICE) fail("release");
+  }
+
+  void compact() {
+    // Live blocks' bytes move to new handles: check() after it reads their first and last words.
+    std::size_t bytes = 0;
+    expect(tidepool_compact(0, &bytes), TIDEPOOL_SUCCESS, "compact");
   }
 
   void release_everything() {
