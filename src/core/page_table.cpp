@@ -43,10 +43,8 @@ void page_table::add_held(std::size_t bytes) noexcept {
   peak_held_ = std::max(peak_held_, held_);
 }
 
-driver_status page_table::create(std::size_t size, std::uint32_t& id) {
-  physical_handle handle = 0;
-  const driver_status status = calls_.mem_create(size, &handle);
-  if (status != driver_status::success) return status;
+std::uint32_t page_table::new_record() {
+  std::uint32_t id = 0;
   if (free_ids_.empty()) {
     id = static_cast<std::uint32_t>(handles_.size());
     handles_.emplace_back();
@@ -55,6 +53,14 @@ driver_status page_table::create(std::size_t size, std::uint32_t& id) {
     free_ids_.pop_back();
   }
   handles_[id] = handle_record{};
+  return id;
+}
+
+driver_status page_table::create(std::size_t size, std::uint32_t& id) {
+  physical_handle handle = 0;
+  const driver_status status = calls_.mem_create(size, &handle);
+  if (status != driver_status::success) return status;
+  id = new_record();
   handles_[id].handle = handle;
   handles_[id].size = size;
   add_held(size);
@@ -310,15 +316,7 @@ void page_table::split_slept(std::uint32_t id, const std::vector<std::pair<devic
   address_range& range = *handles_[id].range;
   forget_slept(id);
   for (const auto& [at, size] : runs) {
-    std::uint32_t piece = 0;
-    if (free_ids_.empty()) {
-      piece = static_cast<std::uint32_t>(handles_.size());
-      handles_.emplace_back();
-    } else {
-      piece = free_ids_.back();
-      free_ids_.pop_back();
-    }
-    handles_[piece] = handle_record{};
+    const std::uint32_t piece = new_record();
     handles_[piece].size = size;
     handles_[piece].at = at;
     handles_[piece].range = &range;

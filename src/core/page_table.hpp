@@ -208,6 +208,8 @@ class page_table {
   // Maps handle `id` at `at` with the peers' access and names it in the range's granules; undoes
   // the map if access fails. map() and map_alias() record the mapping.
   driver_status map_at(std::uint32_t id, address_range& range, device_address at);
+  // An empty record under a free id (one freed before, else a new one): create() and split_slept().
+  std::uint32_t new_record();
   // Names handle `id` (or no_handle) as what backs the granules of [at, at + size) in `range`.
   void name_pages(address_range& range, device_address at, std::size_t size, std::uint32_t id) noexcept;
 
