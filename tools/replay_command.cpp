@@ -35,6 +35,7 @@ struct replay_settings {
   unsigned passes = 1;
   double growth_slack = tidepool::pool_options{}.growth_slack;
   bool alias_free_handles = false;
+  bool compact_on_out_of_memory = false;
   double alias_slack = tidepool::pool_options{}.alias_slack;
   double gpu_lag_ms = 0.0;
   std::string capacity;  ///< sim only: "80GiB" (bytes) or "1.05x" (times each trace's peak in use)
@@ -129,6 +130,7 @@ void run_replay(const replay_settings& settings) {
       options.tidepool_options.growth_slack = settings.growth_slack;
       options.tidepool_options.alias_free_handles = settings.alias_free_handles;
       options.tidepool_options.alias_slack = settings.alias_slack;
+      options.tidepool_options.compact_on_out_of_memory = settings.compact_on_out_of_memory;
       options.gpu_lag_us = settings.gpu_lag_ms * 1000.0;
       const std::string what = fmt::format("replaying {} with {}", t.name, name);
       options.progress = [&progress, &what](std::size_t done, std::size_t total) { progress.show(what, done, total); };
@@ -235,6 +237,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   command->add_flag("--alias", settings->alias_free_handles,
                     "tidepool's pool_options::alias_free_handles (past the alias budget, map idle handles a "
                     "second time before making new ones)");
+  command->add_flag("--compact-on-oom", settings->compact_on_out_of_memory,
+                    "tidepool's pool_options::compact_on_out_of_memory (before an allocation fails, move live "
+                    "bytes off the handles they cover in part when that would serve it)");
   command
       ->add_option("--alias-slack", settings->alias_slack,
                    "tidepool's pool_options::alias_slack (with --alias: held memory allowed above peak in use "

@@ -137,6 +137,10 @@ typedef struct tidepool_pool_options_t {
                                        until the driver says it is gone; 0: a captured stream is an
                                        ordinary one (tidepool::pool_options::follow_graph_captures) */
   int32_t reserved4_;             /**< zero */
+  int32_t compact_on_out_of_memory; /**< 1: before an allocation fails, move live bytes off the handles
+                                         they cover in part when that would serve it; 0 (default): never
+                                         (tidepool::pool_options::compact_on_out_of_memory says when it is safe) */
+  int32_t reserved5_;             /**< zero */
 } tidepool_pool_options_t;
 
 /** A reclaim hook: free what you can on `device` (at least `bytes_needed` if you can) and return

@@ -124,6 +124,17 @@ struct pool_options {
   /// stream other than the legacy default stream, which cannot be captured. Off: a block freed
   /// in a capture may be handed to other work while the graph still writes to it.
   bool follow_graph_captures = true;
+  /// The out-of-memory path's last step, after every cache is handed back and the device waited
+  /// for: when the granules that live allocations leave untouched on their handles would serve
+  /// the request, the pool moves those allocations' bytes as compact() does (only as many handles
+  /// as the request lacks) and serves it, where it would otherwise throw out_of_memory. The pool
+  /// waits for the whole device first, so work queued before the request is safe; GPU work that
+  /// another thread launches on the pool's memory while the bytes move is not (its writes are
+  /// lost, its reads see bytes not yet copied back), and the pool cannot see such a thread. So
+  /// it is off by default: turn it on in a program that launches work on this device from one
+  /// thread at a time (a training loop, PyTorch's backward thread included). Skipped while any
+  /// stream of the device is being captured into a CUDA graph.
+  bool compact_on_out_of_memory = false;
 };
 
 /// A snapshot of a pool's figures. "mapped" is physical memory held (created and mapped or
@@ -281,7 +292,8 @@ class TIDEPOOL_API pool {
   /// the work queued on every stream the pool's allocations were made, freed or recorded on (as
   /// sleep() does), so call it outside a CUDA graph capture. While it runs the program must not
   /// touch the pool's memory from the GPU (the bytes move: a kernel would read an unmapped
-  /// address or stale bytes) and allocate() on other threads throws tidepool::error (asleep);
+  /// address or stale bytes); allocate() on other threads waits until it returns (on the thread
+  /// calling compact(), a callback that allocates is refused: tidepool::error, asleep);
   /// deallocate() works. A handle the device has
   /// no room to copy (the new handles exist beside the old one for a moment), or that would pass
   /// the byte cap meanwhile, stays as it is. Returns the bytes handed back, release()'s included.

@@ -109,6 +109,22 @@ def test_follow_graph_captures_round_trips_and_reaches_the_pool():
         "True", "follow_graph_captures must be True or False, not 'no'", "False", "0 0"]
 
 
+def test_compact_on_out_of_memory_round_trips():
+    out = run_script("""
+        import tidepool
+        print(tidepool.get_pool_options()["compact_on_out_of_memory"])
+        try:
+            tidepool.set_pool_options(compact_on_out_of_memory=1)
+        except TypeError as e:
+            print(str(e).split(":", 1)[1].strip())
+        tidepool.set_pool_options(compact_on_out_of_memory=True)
+        print(tidepool.get_pool_options()["compact_on_out_of_memory"])
+        tidepool.deallocate(tidepool.allocate(4 << 20))  # a pool made with it
+    """)
+    assert out.strip().splitlines() == [
+        "False", "compact_on_out_of_memory must be True or False, not 1", "True"]
+
+
 def test_unknown_options_are_refused(tp):
     with pytest.raises(TypeError, match="bytecap"):
         tp.set_pool_options(bytecap=1)

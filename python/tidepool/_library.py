@@ -74,6 +74,8 @@ class CPoolOptions(ctypes.Structure):
         ("alias_slack", ctypes.c_double),
         ("follow_graph_captures", ctypes.c_int32),
         ("reserved4_", ctypes.c_int32),
+        ("compact_on_out_of_memory", ctypes.c_int32),
+        ("reserved5_", ctypes.c_int32),
     ]
 
 

@@ -44,6 +44,7 @@ def get_pool_options():
         "alias_free_handles": bool(raw.alias_free_handles),
         "alias_slack": raw.alias_slack,
         "follow_graph_captures": bool(raw.follow_graph_captures),
+        "compact_on_out_of_memory": bool(raw.compact_on_out_of_memory),
     }
 
 
@@ -68,7 +69,11 @@ def set_pool_options(**changes):
     alias_slack (the alias budget: how far held memory may pass peak in use before that, 0.02 by
     default), follow_graph_captures (bool, on by default: what a CUDA graph capture allocates stays
     the graph's, even once freed, until the graph is destroyed; off saves one driver query per
-    allocation on a stream other than the default one, docs/RESULTS.md section 11). Byte counts
+    allocation on a stream other than the default one, docs/RESULTS.md section 11),
+    compact_on_out_of_memory (bool, off by default: before an allocation fails, live tensors'
+    bytes move off the pages they share with free memory when that would serve it, as compact()
+    does, after a wait for the whole device; safe only where GPU work on this device is launched
+    from one thread at a time, PyTorch's backward thread included). Byte counts
     are ints from 0 up: anything else raises TypeError or InvalidArgumentError (a ValueError)
     naming the option, and sets nothing."""
     options = _arguments.merged_options("pool", get_pool_options(), changes)
@@ -92,6 +97,8 @@ def set_pool_options(**changes):
     raw.alias_free_handles = _arguments.flag(fn, "alias_free_handles", options["alias_free_handles"])
     raw.alias_slack = _arguments.real(fn, "alias_slack", options["alias_slack"])
     raw.follow_graph_captures = _arguments.flag(fn, "follow_graph_captures", options["follow_graph_captures"])
+    raw.compact_on_out_of_memory = _arguments.flag(fn, "compact_on_out_of_memory",
+                                                   options["compact_on_out_of_memory"])
     _library.check(_library.load().tidepool_set_default_pool_options(ctypes.byref(raw)))
 
 

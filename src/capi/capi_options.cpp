@@ -60,7 +60,9 @@ constexpr std::size_t options_field_ends[] = {
     offsetof(tidepool_pool_options_t, alias_slack),
     offsetof(tidepool_pool_options_t, follow_graph_captures),
     offsetof(tidepool_pool_options_t, reserved4_),
-    offsetof(tidepool_pool_options_t, reserved4_) + sizeof(std::int32_t),
+    offsetof(tidepool_pool_options_t, compact_on_out_of_memory),
+    offsetof(tidepool_pool_options_t, reserved5_),
+    offsetof(tidepool_pool_options_t, reserved5_) + sizeof(std::int32_t),
 };
 static_assert(options_field_ends[std::size(options_field_ends) - 1] == sizeof(tidepool_pool_options_t),
               "a field appended to tidepool_pool_options_t needs its end listed here");
@@ -80,6 +82,7 @@ tidepool_pool_options_t to_c_options(const pool_options& o) {
   c.alias_free_handles = o.alias_free_handles ? 1 : 0;
   c.alias_slack = o.alias_slack;
   c.follow_graph_captures = o.follow_graph_captures ? 1 : 0;
+  c.compact_on_out_of_memory = o.compact_on_out_of_memory ? 1 : 0;
   return c;
 }
 
@@ -88,6 +91,7 @@ pool_options from_c_options(const tidepool_pool_options_t& c) {
   check_reserved("tidepool_set_default_pool_options", "reserved2_", c.reserved2_);
   check_reserved("tidepool_set_default_pool_options", "reserved3_", c.reserved3_);
   check_reserved("tidepool_set_default_pool_options", "reserved4_", c.reserved4_);
+  check_reserved("tidepool_set_default_pool_options", "reserved5_", c.reserved5_);
   check_bytes("byte_cap", c.byte_cap, true);
   check_bytes("headroom", c.headroom, false);
   check_bytes("small_size_threshold", c.small_size_threshold, false);
@@ -118,8 +122,13 @@ pool_options from_c_options(const tidepool_pool_options_t& c) {
     throw error(error_code::invalid_argument,
                 fmt::format("follow_graph_captures is {}: expected 0 or 1", c.follow_graph_captures));
   }
+  if (c.compact_on_out_of_memory != 0 && c.compact_on_out_of_memory != 1) {
+    throw error(error_code::invalid_argument,
+                fmt::format("compact_on_out_of_memory is {}: expected 0 or 1", c.compact_on_out_of_memory));
+  }
   pool_options o;
   o.follow_graph_captures = c.follow_graph_captures == 1;
+  o.compact_on_out_of_memory = c.compact_on_out_of_memory == 1;
   o.alias_free_handles = c.alias_free_handles == 1;
   o.alias_slack = c.alias_slack;
   o.thread_caches = from_c_thread_caches(c.thread_caches);

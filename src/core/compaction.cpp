@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <chrono>
+#include <thread>
 #include <unordered_set>
 
 #include "core/arena.hpp"
@@ -172,99 +174,182 @@ std::size_t pool_impl::compact() {
     throw error(error_code::unavailable,
                 fmt::format("tidepool: compact does not support alias_free_handles (device {})", device_));
   }
-  // From here allocate() refuses (throw_asleep says why), no thread's cache holds a block, and no
-  // automatic release runs: the copies below drop the lock while they are waited for.
-  asleep_ = true;
-  compacting_ = true;
-  take_back_lent(true);
-  automatic_release_awake_ = automatic_release_;
-  automatic_release_ = false;
-  struct end_compaction {
-    pool_impl& p;
-    ~end_compaction() {
-      p.asleep_ = false;
-      p.compacting_ = false;
-      p.automatic_release_ = p.automatic_release_awake_;
-      p.kept_.clear();
-      p.host_copy_bytes_ = 0;
-    }
-  } end{*this};
+  const compaction_scope scope(*this);
   // Nothing may still run on the blocks whose bytes move, nor on the free memory that goes.
   wait_for_streams_in_use();
   trim_floor_ = 0;
   pages_.set_at_limit(false);
   std::size_t released = release_in_steps(std::numeric_limits<std::size_t>::max(),
                                           std::numeric_limits<std::uint64_t>::max());
+  remake_partly_live(std::numeric_limits<std::size_t>::max(), released);
+  return released;
+}
+
+bool pool_impl::compact_for(std::size_t need, const stream_state& s) {
+  if (!options_.compact_on_out_of_memory || !virtual_memory_ || options_.alias_free_handles || asleep_ ||
+      s.capture != 0) {
+    return false;
+  }
+  // Waiting for the streams would break a capture under way on another thread (a capture's work
+  // cannot be waited for): the request fails as it would have without this step.
+  bool capturing = false;
+  streams_.for_each([&](stream_state& t) {
+    if (t.capture != 0 && !t.retired && stream_captured(t.stream)) capturing = true;
+  });
+  if (capturing) return false;
+  const std::size_t creatable = creatable_bytes(calls_.free_bytes());
+  if (creatable >= need) return false;  // growth failed for want of something compaction cannot give
   const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
   const std::vector<std::uint32_t> staying(shared.begin(), shared.end());
+  std::size_t whole_handles = 0;
+  for (const auto& a : arenas_) whole_handles += a->whole_free_handle_bytes();
+  const std::size_t lacks = need - creatable;
+  if (whole_handles + compactable_bytes(staying) < lacks) return false;
+  const compaction_scope scope(*this);
+  // The whole device, not just the streams the pool knows: a live block may be read on a stream
+  // that never allocated or freed it.
+  wait_for_device(true);
+  std::size_t released = 0;
+  remake_partly_live(lacks > whole_handles ? lacks - whole_handles : lacks, released);
+  return released != 0;
+}
+
+pool_impl::compaction_scope::compaction_scope(pool_impl& pool) : p(pool) {
+  // From here allocate() waits (wait_out_compaction), no thread's cache holds a block, and no
+  // automatic release runs: the copies drop the lock while they are waited for.
+  p.asleep_ = true;
+  p.compacting_ = true;
+  p.compacting_thread_ = this_thread_key();
+  p.take_back_lent(true);
+  p.automatic_release_awake_ = p.automatic_release_;
+  p.automatic_release_ = false;
+}
+
+pool_impl::compaction_scope::~compaction_scope() {
+  p.asleep_ = false;
+  p.compacting_ = false;
+  p.automatic_release_ = p.automatic_release_awake_;
+  p.kept_.clear();
+  p.host_copy_bytes_ = 0;
+}
+
+void pool_impl::wait_out_compaction(std::size_t bytes) {
+  // compact() or another thread's out-of-memory path is moving memory with the lock dropped: the
+  // request waits for it, as it would wait for the lock, and is then served from what it left.
+  // The compacting thread itself (a driver hook or callback allocating inside the compaction)
+  // would wait for ever: it is refused, with the reason.
+  while (asleep_ && compacting_ && compacting_thread_ != this_thread_key()) {
+    lock_.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    lock_.lock();
+  }
+  if (asleep_) throw_asleep(bytes);
+}
+
+std::size_t pool_impl::compactable_bytes(const std::vector<std::uint32_t>& staying) const {
+  std::size_t bytes = 0;
+  for (const auto& a : arenas_) {
+    for (const arena::partly_live_handle& h : a->partly_live_handles(staying)) bytes += h.size - h.kept_bytes();
+  }
+  return bytes;
+}
+
+void pool_impl::remake_partly_live(std::size_t enough, std::size_t& released) {
+  const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
+  const std::vector<std::uint32_t> staying(shared.begin(), shared.end());
+  struct candidate {
+    arena* a;
+    arena::partly_live_handle h;
+  };
+  std::vector<candidate> candidates;
+  for (auto& a : arenas_) {
+    for (arena::partly_live_handle& h : a->partly_live_handles(staying)) candidates.push_back({a.get(), std::move(h)});
+  }
+  // Most handed back for the least copied first: where only `enough` is wanted (the out-of-memory
+  // path), those reach it soonest. The new handles exist beside the old one for a moment, so a
+  // handle with no room for them now is tried again once others have gone back.
+  std::stable_sort(candidates.begin(), candidates.end(), [](const candidate& x, const candidate& y) {
+    return x.h.size - x.h.kept_bytes() > y.h.size - y.h.kept_bytes();
+  });
+  const std::size_t released_before = released;
+  bool progress = true;
+  while (progress && released - released_before < enough) {
+    progress = false;
+    for (candidate& c : candidates) {
+      if (c.a == nullptr || released - released_before >= enough) continue;
+      if (remake_one(*c.a, c.h, released)) {
+        c.a = nullptr;
+        progress = true;
+      }
+    }
+  }
+}
+
+bool pool_impl::remake_one(arena& a, arena::partly_live_handle& h, std::size_t& released) {
   auto fail = [&](const char* what, driver_status status) {
     throw error(error_code::driver_failure,
                 fmt::format("tidepool: compact of device {}: {} failed ({}); that handle stays as it was, {} bytes "
                             "were handed back before it",
                             device_, what, to_string(status), released));
   };
-  for (auto& a : arenas_) {
-    for (arena::partly_live_handle& h : a->partly_live_handles(staying)) {
-      const std::size_t kept = h.kept_bytes();
-      // The new handles exist beside the old one for a moment: not past the byte cap.
-      if (byte_cap_ != std::numeric_limits<std::size_t>::max() && pages_.held_bytes() + kept > byte_cap_) continue;
-      if (host_copy_capacity_ < kept) {
-        drop_host_copy();
-        if (const driver_status status = calls_.host_alloc(kept, &host_copy_); status != driver_status::success) {
-          host_copy_ = nullptr;
-          fail("pinning host memory for the contents", status);
-        }
-        host_copy_capacity_ = kept;
-      }
-      kept_.clear();
-      std::size_t offset = 0;
-      for (const arena::partly_live_handle::granule_run& run : h.kept) {
-        kept_.push_back({run.from, run.to - run.from, offset});
-        offset += run.to - run.from;
-      }
-      host_copy_bytes_ = kept;
-      if (const driver_status status = copy_kept(true); status != driver_status::success) {
-        fail("copying the contents to host memory", status);
-      }
-      bool restored = true;
-      const driver_status begun = a->remake_begin(h, restored);
-      if (!restored) {
-        throw error(error_code::driver_failure,
-                    fmt::format("tidepool: compact of device {}: re-making the handle at {:#x} failed ({}) and so did "
-                                "mapping it back; the live blocks there have no memory mapped under them",
-                                device_, h.at, to_string(begun)));
-      }
-      if (begun == driver_status::out_of_memory) continue;  // no room for the new handles now: stays as it is
-      if (begun != driver_status::success) fail("re-making a handle", begun);
-      if (const driver_status status = copy_kept(false); status != driver_status::success) {
-        // Copies queued before the failure may still be writing the new handles: the whole device
-        // is waited for before they are unmapped. Where even that fails, unmapping them could race
-        // those copies: they stay, the old handle goes, and the program hears that the bytes there
-        // may be lost.
-        const driver_status waited = call_unlocked(lock_, calls_, driver_call::device_synchronize, 0,
-                                                   [&](driver& d) { return d.device_synchronize(device_); });
-        const driver_status undone = waited == driver_status::success ? a->remake_undo(h) : waited;
-        if (undone != driver_status::success) {
-          if (waited != driver_status::success) (void)a->remake_finish(h);
-          throw error(error_code::driver_failure,
-                      fmt::format("tidepool: compact of device {}: copying the contents back failed ({}) and so did "
-                                  "putting the old handle back ({}); the live blocks at {:#x} may have lost their "
-                                  "contents",
-                                  device_, to_string(status), to_string(undone), h.at));
-        }
-        fail("copying the contents back", status);
-      }
-      if (const driver_status status = a->remake_finish(h); status != driver_status::success) {
-        throw error(error_code::driver_failure,
-                    fmt::format("tidepool: compact of device {}: releasing a re-made handle's old memory failed ({}); "
-                                "its {} bytes stay held and the next release() tries again ({} bytes were handed "
-                                "back before it)",
-                                device_, to_string(status), h.size, released));
-      }
-      released += h.size - kept;
+  const std::size_t kept = h.kept_bytes();
+  // The new handles exist beside the old one for a moment: not past the byte cap.
+  if (byte_cap_ != std::numeric_limits<std::size_t>::max() && pages_.held_bytes() + kept > byte_cap_) return false;
+  if (host_copy_capacity_ < kept) {
+    drop_host_copy();
+    if (const driver_status status = calls_.host_alloc(kept, &host_copy_); status != driver_status::success) {
+      host_copy_ = nullptr;
+      fail("pinning host memory for the contents", status);
     }
+    host_copy_capacity_ = kept;
   }
-  return released;
+  kept_.clear();
+  std::size_t offset = 0;
+  for (const arena::partly_live_handle::granule_run& run : h.kept) {
+    kept_.push_back({run.from, run.to - run.from, offset});
+    offset += run.to - run.from;
+  }
+  host_copy_bytes_ = kept;
+  if (const driver_status status = copy_kept(true); status != driver_status::success) {
+    fail("copying the contents to host memory", status);
+  }
+  bool restored = true;
+  const driver_status begun = a.remake_begin(h, restored);
+  if (!restored) {
+    throw error(error_code::driver_failure,
+                fmt::format("tidepool: compact of device {}: re-making the handle at {:#x} failed ({}) and so did "
+                            "mapping it back; the live blocks there have no memory mapped under them",
+                            device_, h.at, to_string(begun)));
+  }
+  if (begun == driver_status::out_of_memory) return false;  // no room for the new handles now: stays as it is
+  if (begun != driver_status::success) fail("re-making a handle", begun);
+  if (const driver_status status = copy_kept(false); status != driver_status::success) {
+    // Copies queued before the failure may still be writing the new handles: the whole device
+    // is waited for before they are unmapped. Where even that fails, unmapping them could race
+    // those copies: they stay, the old handle goes, and the program hears that the bytes there
+    // may be lost.
+    const driver_status waited = call_unlocked(lock_, calls_, driver_call::device_synchronize, 0,
+                                               [&](driver& d) { return d.device_synchronize(device_); });
+    const driver_status undone = waited == driver_status::success ? a.remake_undo(h) : waited;
+    if (undone != driver_status::success) {
+      if (waited != driver_status::success) (void)a.remake_finish(h);
+      throw error(error_code::driver_failure,
+                  fmt::format("tidepool: compact of device {}: copying the contents back failed ({}) and so did "
+                              "putting the old handle back ({}); the live blocks at {:#x} may have lost their "
+                              "contents",
+                              device_, to_string(status), to_string(undone), h.at));
+    }
+    fail("copying the contents back", status);
+  }
+  if (const driver_status status = a.remake_finish(h); status != driver_status::success) {
+    throw error(error_code::driver_failure,
+                fmt::format("tidepool: compact of device {}: releasing a re-made handle's old memory failed ({}); "
+                            "its {} bytes stay held and the next release() tries again ({} bytes were handed "
+                            "back before it)",
+                            device_, to_string(status), h.size, released));
+  }
+  released += h.size - kept;
+  return true;
 }
 
 }  // namespace tidepool::detail

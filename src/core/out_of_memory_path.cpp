@@ -4,8 +4,10 @@
 //      driver so that new ones fit (growth steals free handles only beyond its budget);
 //   2. the CUDA stream-ordered pools (memory parked by cudaMallocAsync users);
 //   3. the process's reclaim hooks (other frameworks' caches);
-//   4. frees still waiting for their streams: wait for the device.
-// Steps 2-4 run with the pool's lock dropped (the hooks may free into this pool; the others take
+//   4. frees still waiting for their streams: wait for the device;
+//   5. compaction (compaction.cpp): the granules of handles that live blocks touch only in part,
+//      handed back by moving the live bytes, when that covers what the request lacks.
+// Steps 2-5 run with the pool's lock dropped (the hooks may free into this pool; the others take
 // as long as the GPU does, and cached allocations on other threads must not wait behind them).
 //
 // Reclaim only what the request needs. A request the byte cap could never hold fails at once; what
@@ -127,6 +129,10 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
 
     settle_frees(true);
     if (block* b = retry()) return recovered(b);
+
+    if (compact_for(need, s)) {
+      if (block* b = retry()) return recovered(b);
+    }
   }
   out_of_memory_report report;
   report.device = device_;

@@ -70,7 +70,7 @@ class pool_impl {
     const bool contended = lock_.lock_and_tell();
     std::lock_guard guard(lock_, std::adopt_lock);
     note_locked_call(contended);
-    if (asleep_) [[unlikely]] throw_asleep(bytes);
+    if (asleep_) [[unlikely]] wait_out_compaction(bytes);
     stream_state* s = captured ? &capture_state(stream, capture) : streams_.find(stream);
     if (s == nullptr) s = &add_stream(stream);
     if (held_back_frees_waiting_) [[unlikely]] held_back_frees_waiting_ = settle_held_back_frees(true);
@@ -346,6 +346,33 @@ class pool_impl {
 
   // sleep_wake.cpp
   [[noreturn]] void throw_asleep(std::size_t bytes) const;
+
+  // compaction.cpp
+  /// While it lives the pool is compacting: allocate() waits, thread caches are taken back,
+  /// automatic release is off.
+  struct compaction_scope {
+    explicit compaction_scope(pool_impl& pool);
+    ~compaction_scope();
+    compaction_scope(const compaction_scope&) = delete;
+    compaction_scope& operator=(const compaction_scope&) = delete;
+    pool_impl& p;
+  };
+  /// allocate() found asleep_: waits (the lock dropped) while a compaction runs, then throws if
+  /// the pool is asleep.
+  void wait_out_compaction(std::size_t bytes);
+  /// What re-making every partly live handle would hand back (frees not yet free for every stream
+  /// count as touched).
+  [[nodiscard]] std::size_t compactable_bytes(const std::vector<std::uint32_t>& staying) const;
+  /// Re-makes partly live handles, most handed back first, until `enough` more bytes went back
+  /// (added to `released`) or none is left that can move. Lock held, in a compaction_scope, the
+  /// streams waited for.
+  void remake_partly_live(std::size_t enough, std::size_t& released);
+  /// One handle's move (compaction.cpp's header says how); false where there was no room for its
+  /// new handles, which leaves it as it was. Throws on a driver failure.
+  bool remake_one(arena& a, arena::partly_live_handle& h, std::size_t& released);
+  /// The out-of-memory path's last step: compaction of the partly live handles, when what they
+  /// would hand back covers what `need` lacks (out_of_memory_path.cpp).
+  bool compact_for(std::size_t need, const stream_state& s);
   /// Waits for the work queued on every stream that may use the pool's memory (sleep).
   void wait_for_streams_in_use();
   /// Trims each slept handle that live blocks touched only in part to the runs of granules they
@@ -557,9 +584,10 @@ class pool_impl {
     std::size_t offset = 0;  // in host_copy_
   };
   bool asleep_ = false;
-  // compact() sets asleep_ too while it runs (allocate() refuses), and this, so that the refusal
-  // says why.
+  // compact() and the out-of-memory path's compaction set asleep_ too while they run, and this:
+  // other threads' allocations wait for the end (wait_out_compaction), the rest refuse saying why.
   bool compacting_ = false;
+  std::uint64_t compacting_thread_ = 0;  // this_thread_key() of the thread compacting
   bool automatic_release_awake_ = false;  // automatic_release_ before the pool slept
   std::vector<std::uint32_t> sleep_ids_;  // slept handles
   std::size_t asleep_bytes_ = 0;

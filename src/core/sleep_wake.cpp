@@ -82,8 +82,8 @@ class wake_out_of_memory final : public out_of_memory {
 void pool_impl::throw_asleep(std::size_t bytes) const {
   if (compacting_) {
     throw error(error_code::asleep,
-                fmt::format("tidepool: cannot allocate {} bytes on device {}: compact() is moving this memory on "
-                            "another thread (allocate once it returns)",
+                fmt::format("tidepool: cannot allocate {} bytes on device {}: this thread is compacting the pool "
+                            "(allocate once compact() returns)",
                             bytes, device_));
   }
   throw error(error_code::asleep,

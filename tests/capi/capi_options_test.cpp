@@ -98,6 +98,31 @@ TEST_F(CApiOptions, FollowGraphCapturesReachesThePoolAndBadValuesAreRefused) {
   EXPECT_FALSE(device_pool(1).options().follow_graph_captures);
 }
 
+TEST_F(CApiOptions, CompactOnOutOfMemoryReachesThePoolAndBadValuesAreRefused) {
+  use_small_sim(2);
+  tidepool_pool_options_t options{};
+  options.struct_size = sizeof options;
+  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
+  EXPECT_EQ(options.compact_on_out_of_memory, 0);  // off by default
+  const tidepool_pool_options_t defaults = options;
+  options.compact_on_out_of_memory = -1;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(tidepool_last_error()).find("compact_on_out_of_memory is -1: expected 0 or 1"),
+            std::string::npos)
+      << tidepool_last_error();
+  options = defaults;
+  options.reserved5_ = 1;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  options = defaults;
+  options.compact_on_out_of_memory = 1;
+  ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS) << tidepool_last_error();
+  // A caller whose struct ends before the field leaves it as it is.
+  tidepool_pool_options_t older = defaults;
+  older.struct_size = offsetof(tidepool_pool_options_t, compact_on_out_of_memory);
+  ASSERT_EQ(tidepool_set_default_pool_options(&older), TIDEPOOL_SUCCESS) << tidepool_last_error();
+  EXPECT_TRUE(device_pool(1).options().compact_on_out_of_memory);
+}
+
 TEST_F(CApiOptions, AnOlderCallersStructChangesOnlyItsFields) {
   use_small_sim();
   tidepool_pool_options_t full{};

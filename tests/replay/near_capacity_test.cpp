@@ -121,5 +121,24 @@ TEST(ReplayNearCapacity, AVariableLengthGptLoopFailsNothingOnAGpuATwentiethLarge
   expect_no_failure_on_a_tight_device("gpt_vary.csv.gz", 1.05);
 }
 
+// pool_options::compact_on_out_of_memory: on a GPU a fiftieth larger than its peak in use, with
+// the GPU 50 ms behind, the generation loop fails allocations that only the granules its live
+// blocks leave untouched could serve; with the option the out-of-memory path moves those blocks'
+// bytes and every allocation succeeds (docs/RESULTS.md, section 0, "Compaction on the
+// out-of-memory path").
+TEST(ReplayNearCapacity, CompactionOnTheOutOfMemoryPathServesWhatWouldFailOnAGpuAFiftiethLargerThanItsPeak) {
+  const trace t = read_bundled_trace("hf_llama_generate.csv.gz");
+  replay_options options;
+  options.passes = 3;
+  options.gpu_lag_us = 50'000.0;
+  const replay_result without = replay_trace(t, "tidepool", device_for(t, 1.02), options);
+  options.tidepool_options.compact_on_out_of_memory = true;
+  const replay_result with = replay_trace(t, "tidepool", device_for(t, 1.02), options);
+  std::printf("at 1.02x: failed allocations %llu without, %llu with compaction on the out-of-memory path\n",
+              static_cast<unsigned long long>(without.failures), static_cast<unsigned long long>(with.failures));
+  EXPECT_GT(without.failures, 0u) << "nothing failed without the option: the test proves nothing";
+  EXPECT_EQ(with.failures, 0u);
+}
+
 }  // namespace
 }  // namespace tidepool::replay::testing
