@@ -94,7 +94,7 @@ def test_a_large_allocation_round_trips_and_bad_pointers_are_refused(tmp_path):
         import tidepool
         from tidepool import _ipc
         r = {}
-        size = 2 << 30  # about 90 handles: more than the first export asks room for
+        size = 5 << 30  # 80 handles of 64 MiB: more than the first export asks room for
         ptr = tidepool.allocate(size)
         ctypes.memset(ptr + size - 4096, 0x77, 4096)
         exported = _ipc.export_memory(ptr)

@@ -2,7 +2,7 @@
 // handles under just the granules those blocks touch, so that the pool holds no more than that.
 //
 // release() hands back whole free handles only: a live block pins the rest of every handle it
-// touches (up to 24 MiB, growth's largest, or a whole joined handle after wake()), which is what
+// touches (up to 64 MiB, growth's largest, or a whole joined handle after wake()), which is what
 // held after a release keeps above live memory (docs/RESULTS.md, section 0, "Held after release:
 // what the layout pins and what the handles pin"). The driver maps a handle whole and cannot give
 // back part of one, and the addresses of live blocks must stay, so the only way to hand back the

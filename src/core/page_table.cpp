@@ -2,20 +2,20 @@
 //
 // Handle size. The driver's cost is per handle, not per byte (DESIGN 2a: create, map, set access
 // and unmap cost about the same from 2 to 64 MiB), so growth in the large arenas maps as few
-// handles as it can: each as large as what is left to map, up to max_large_handle_granules. That
-// cap is the trade between first-pass driver time and what release can give back: a live block pins
-// every handle it touches, and a handle shared by several blocks (placement splits a large handle
-// only while it is wholly free) stays pinned by the last of them. 24 MiB, a little above expandable
-// segments' 20 MiB pages, is the largest cap measured at which what the loader keeps live holds
-// within the H200 retention test's bound after release; larger caps left handles each pinned by one
-// small block (docs/RESULTS.md, section 0). At the device's limit (once the pool's out-of-memory
-// path has run, until release() or the device has room again: growth.cpp) the cap is 8 MiB: there
-// the free rest of a handle that a live block pins is memory no request can use and the
-// out-of-memory path cannot hand back, and with 24 MiB handles loops at their capacity stranded
+// handles as it can: each as large as what is left to map, up to max_large_handle_granules (64 MiB).
+// That cap is the trade between first-pass driver time and what release() alone can give back: a
+// live block pins every handle it touches, and a handle shared by several blocks stays pinned by
+// the last of them. compact() hands that rest back by moving the live bytes (compaction.cpp), so
+// the cap no longer decides what a program can get back, only what release() gets without a move;
+// at 64 MiB a loop's first pass calls the driver less than expandable segments' 20 MiB pages do
+// (docs/RESULTS.md, section 0, "64 MiB handles and no splits"). At the device's limit (once the
+// pool's out-of-memory path has run, until release() or the device has room again: growth.cpp) the
+// cap is 8 MiB: there the free rest of a handle that a live block pins is memory no request can use
+// and the out-of-memory path cannot hand back without moving bytes, and larger handles stranded
 // enough of it to fail allocations on devices where expandable segments ran (docs/RESULTS.md,
 // section 0, "Handles at the device's limit"); the calls more handles cost are paid only by a pool
-// at its limit. Regions that map idle handles a second time (aliases) keep 64 MiB: an alias spans
-// whole handles, and smaller ones made later passes map aliases again. Small arenas use the
+// at its limit. Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
+// spans whole handles, and smaller ones made later passes map aliases again. Small arenas use the
 // granularity: small blocks share pages, and a page goes back only when none of them is live. How
 // large handles are split when a block would pin a small part of one is placement.cpp's; the
 // measured frontier is in docs/RESULTS.md.
@@ -31,7 +31,7 @@
 
 namespace tidepool::detail {
 namespace {
-constexpr std::size_t max_large_handle_granules = 12;    // 24 MiB at the usual 2 MiB granularity
+constexpr std::size_t max_large_handle_granules = 32;    // 64 MiB at the usual 2 MiB granularity
 constexpr std::size_t max_handle_granules_at_limit = 4;  // 8 MiB
 constexpr std::size_t max_aliased_handle_granules = 32;  // 64 MiB
 // One sequence for every pool's exports in this process: an export id is never reused here.

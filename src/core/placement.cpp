@@ -6,20 +6,22 @@
 // not 17) left a free sliver below it that later requests could not use, and tidepool held more
 // than expandable segments on many more traces (docs/RESULTS.md, section 0).
 //
-// In the large arenas handles are as large as the growth that made them (up to 24 MiB, 64 MiB
-// while aliasing: page_table.cpp), and a handle goes back whole or not at all. Placement itself
-// ignores handles: it is best fit, so a loop whose shapes repeat or drift finds the places it had,
-// and the layout settles (placement that avoided cutting handles distorted best fit and never
-// settled). When a block would cut a large handle that lies wholly inside the free block it is
-// carved from, and covers less than three quarters of it, the handle is replaced by handles split
-// where the block's granules begin and end (repair_worthwhile, remap_split): a block that outlives
-// its neighbours then pins its own granules, not the rest of a large handle. A block covering
-// three quarters or more keeps the handle whole: it pins at most a quarter of the handle (6 MiB of
-// a 24 MiB one, less than one 20 MiB page of PyTorch's expandable segments), and the same shapes
-// coming back cost nothing. So does a block that touches every granule of the handle: it pins the
-// whole handle by itself. At the device's limit, where growth's handles are 8 MiB, a block keeps
-// whole a handle it leaves at most half of one (4 MiB) uncovered: a loop at its capacity places new
-// shapes in every step, and splitting them cost more calls than the pinned rest saved allocations
+// In the large arenas handles are as large as the growth that made them (up to 64 MiB: page_table.cpp),
+// and a handle goes back whole or not at all. Placement itself ignores handles: it is best fit, so
+// a loop whose shapes repeat or drift finds the places it had, and the layout settles (placement
+// that avoided cutting handles distorted best fit and never settled). Away from the device's limit
+// a handle growth made is never split under a block: the rest a live block pins goes back on
+// compact() (compaction.cpp), and the splits that kept it off release() cost the first pass more
+// driver time than expandable segments' on most loops (docs/RESULTS.md, section 0, "64 MiB handles
+// and no splits"). At the device's limit, and for handles larger than growth makes (below), a block
+// that would cut a large handle lying wholly inside the free block it is carved from, and cover
+// less than three quarters of it, has the handle replaced by handles split where the block's
+// granules begin and end (repair_worthwhile, remap_split): a block that outlives its neighbours then
+// pins its own granules, not the rest of a large handle, and the out-of-memory path can hand that
+// rest back. A block covering three quarters or more keeps the handle whole, and so does a block
+// that touches every granule of the handle: it pins the whole handle by itself. At the device's
+// limit, where growth's handles are 8 MiB, a block keeps whole a handle it leaves at most half of
+// one (4 MiB) uncovered: a loop at its capacity places new shapes in every step, and splitting them cost more calls than the pinned rest saved allocations
 // (docs/RESULTS.md, section 0, "Splits at the device's limit").
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
@@ -27,7 +29,7 @@
 // A handle larger than growth makes now is split rather than left whole for want of the stream's
 // frees: the pool waits for them (take()'s may_wait, growth.cpp) and takes again, once per such
 // handle, since its pieces are growth's sizes. Those are the handles wake() joined under one live
-// block (sleep_wake.cpp), and at the device's limit, where growth makes 8 MiB handles, the 24 MiB
+// block (sleep_wake.cpp), and at the device's limit, where growth makes 8 MiB handles, the 64 MiB
 // ones made before it: there the wait is what lets a block cut from the stream's fresh frees split
 // one, and those splits keep allocations from failing near the capacity; the waits cost a loop
 // there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's limit"). A
@@ -161,6 +163,9 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
                               device_address end, std::uint32_t slot) {
   // Splitting needs the handle wholly free (inside c).
   if (h.at < c->address || h.at + h.size > c->end()) return false;
+  // Away from the device's limit a handle growth made stays whole (the file's header says why);
+  // an aliasing arena keeps the splits it was measured with.
+  if (!pages_.at_limit() && !settings_.aliases && h.size <= pages_.largest_growth_handle(false)) return false;
   // A block that covers three quarters of the handle or more keeps it whole: it pins at most a
   // quarter more (of the largest handle growth makes: one that wake() joined can be far larger),
   // and leaving the handle as it is costs no driver call (the same shapes come back step after

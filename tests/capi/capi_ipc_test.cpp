@@ -302,7 +302,7 @@ TEST_F(CApiIpc, ASleepingTagsMemoryIsNotExported) {
 TEST_F(CApiIpc, ASharedTagsMemoryStaysAwakeUntilTheExportEnds) {
   host_backed();
   ASSERT_EQ(tidepool_push_tag("weights"), TIDEPOOL_SUCCESS);
-  void* p = allocate(64 * MiB);
+  void* p = allocate(96 * MiB);  // two handles
   ASSERT_EQ(tidepool_pop_tag(), TIDEPOOL_SUCCESS);
   std::array<uint8_t, 16> uuid{};
   size_t count = 0, offset = 0, bytes = 0;
@@ -319,7 +319,7 @@ TEST_F(CApiIpc, ASharedTagsMemoryStaysAwakeUntilTheExportEnds) {
   ASSERT_EQ(tidepool_wake("weights"), TIDEPOOL_SUCCESS) << last_error();
   EXPECT_EQ(tidepool_end_export(p), TIDEPOOL_SUCCESS) << last_error();
   ASSERT_EQ(tidepool_sleep("weights", TIDEPOOL_KEEP_CONTENTS, &slept), TIDEPOOL_SUCCESS) << last_error();
-  EXPECT_GE(slept, 64 * MiB) << "the export ended: it sleeps";
+  EXPECT_GE(slept, 96 * MiB) << "the export ended: it sleeps";
   ASSERT_EQ(tidepool_wake("weights"), TIDEPOOL_SUCCESS) << last_error();
   EXPECT_EQ(tidepool_end_export(nullptr), TIDEPOOL_INVALID_POINTER);
   free(p);

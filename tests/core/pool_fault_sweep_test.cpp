@@ -206,12 +206,17 @@ TEST(PoolFaults, AHandleWhoseReleaseFailedGoesBackAtTheNextRelease) {
 
 // A large handle is remade in pieces when a small block would pin a small part of it; when the old
 // handle's mem_release failed there, nothing listed it, and no release() could hand it back.
-// One 64 MiB handle, freed and settled (free for every stream, so a block carved from it may split
-// it); returns a second stream to carve from.
-stream_t one_free_large_handle(sim_driver& sim, pool_checker& checker) {
+// One 72 MiB handle, larger than growth makes (wake() joins the handles under one live block:
+// placement splits such a handle away from the device's limit too), freed and settled (free for
+// every stream, so a block carved from it may split it); returns a second stream to carve from.
+stream_t one_free_large_handle(sim_driver& sim, pool& p, pool_checker& checker) {
   stream_t other = nullptr;
   EXPECT_EQ(sim.stream_create(0, &other), driver_status::success);
-  checker.free(checker.allocate(64 * MiB));
+  void* joined = checker.allocate(72 * MiB);
+  (void)p.sleep(sleep_keep::contents);
+  p.wake();
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{72 * MiB}));
+  checker.free(joined);
   sim.run_until_idle();
   return other;
 }
@@ -220,9 +225,9 @@ TEST(PoolFaults, AHandleWhoseReleaseFailedInASplitGoesBackAtTheNextRelease) {
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  const stream_t other = one_free_large_handle(*sim, checker);
+  const stream_t other = one_free_large_handle(*sim, p, checker);
   sim->fail_nth(driver_call::mem_release, 1, driver_status::error);
-  void* piece = checker.allocate(4 * MiB, other);  // covers a sixteenth of the free handle: it is split
+  void* piece = checker.allocate(4 * MiB, other);  // covers an eighteenth of the free handle: it is split
   EXPECT_GE(sim->call_counts().of(driver_call::mem_release), 1u) << "no split happened; the test proves nothing";
   checker.check();
   checker.free(piece);
@@ -241,9 +246,9 @@ TEST(PoolFaults, AFailedReleaseInASplitNeverTakesTheHeldBytesPastTheCap) {
   options.byte_cap = 80 * MiB;
   pool p(sim, 0, options);
   pool_checker checker(*sim, p);
-  const stream_t other = one_free_large_handle(*sim, checker);
+  const stream_t other = one_free_large_handle(*sim, p, checker);
   sim->fail_nth(driver_call::mem_release, 1, driver_status::error);
-  void* piece = checker.allocate(4 * MiB, other);  // would split the 64 MiB handle
+  void* piece = checker.allocate(4 * MiB, other);  // would split the 72 MiB handle
   EXPECT_GE(sim->call_counts().of(driver_call::mem_release), 1u) << "no split happened; the test proves nothing";
   checker.check();
   EXPECT_LE(p.stats().mapped_bytes, options.byte_cap);
@@ -262,7 +267,7 @@ TEST(PoolFaults, AFailedMapInASplitLeavesThePiecesMadeMappedAndCounted) {
     auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
     pool p(sim, 0);
     pool_checker checker(*sim, p);
-    const stream_t other = one_free_large_handle(*sim, checker);
+    const stream_t other = one_free_large_handle(*sim, p, checker);
     sim->fail_nth(driver_call::mem_map, n, driver_status::error);
     sim->fail_nth(driver_call::mem_unmap, 2, driver_status::error);  // the first unmap after the split's own
     void* piece = nullptr;

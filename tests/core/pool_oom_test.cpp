@@ -199,23 +199,24 @@ TEST(PoolOutOfMemory, AtTheLimitOnlyWhatExtendingTheLargestFreeBlockLacksGoesBac
 
 // At the device's limit growth makes handles of at most 8 MiB, so that a block outliving its
 // neighbours pins at most that much free memory the out-of-memory path cannot hand back; release()
-// ends it, and growth makes 24 MiB handles again (docs/RESULTS.md, section 0, "Handles at the
-// device's limit").
+// ends it, and growth makes handles of up to 64 MiB again (docs/RESULTS.md, section 0, "Handles at
+// the device's limit").
 TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* a = checker.allocate(96 * MiB);
   void* b = checker.allocate(96 * MiB);
-  const std::vector<std::size_t> eight_large(8, 24 * MiB);
-  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(eight_large.begin(), eight_large.end()));
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{32 * MiB, 32 * MiB, 64 * MiB, 64 * MiB}));
   checker.free(a);
   // 120 MiB fits no free block and the device has 64 MiB left: the out-of-memory path hands back
   // what the growth above b lacks, and that growth is made at the limit.
   void* c = checker.allocate(120 * MiB);
   const std::multiset<std::size_t> at_limit = handle_sizes(p);
   EXPECT_EQ(at_limit.count(8 * MiB), 15u) << "c's 120 MiB in 8 MiB handles";
-  EXPECT_EQ(at_limit.count(24 * MiB), 5u) << "b's four and what is left of a's";
+  EXPECT_EQ(at_limit.size(), 18u);
+  EXPECT_EQ(at_limit.count(32 * MiB), 2u) << "b's two and what is left of a's";
+  EXPECT_EQ(at_limit.count(64 * MiB), 1u);
   checker.check();
   checker.free(b);
   checker.free(c);
@@ -223,7 +224,7 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   (void)p.release();
   EXPECT_TRUE(handle_sizes(p).empty());
   void* d = checker.allocate(48 * MiB);
-  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{24 * MiB, 24 * MiB})) << "release() ended the limit";
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{48 * MiB})) << "release() ended the limit";
   checker.check();
   checker.free(d);
 }
@@ -239,11 +240,13 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
   options.byte_cap = 64 * MiB;
   pool p(sim, 0, options);
   pool_checker checker(*sim, p);
-  void* x = checker.allocate(64 * MiB);
+  // Three growths, three handles side by side, made before the limit.
+  std::vector<void*> xs;
+  for (std::size_t bytes : {24 * MiB, 24 * MiB, 16 * MiB}) xs.push_back(checker.allocate(bytes));
   const std::multiset<std::size_t> grown{16 * MiB, 24 * MiB, 24 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
   EXPECT_THROW((void)p.allocate(8 * MiB), out_of_memory);  // the cap is met: the pool is at its limit
-  checker.free(x);
+  for (void* x : xs) checker.free(x);
   sim->run_until_idle();
   std::uint64_t calls = p.stats().driver.memory_calls();
   void* most = checker.allocate(20 * MiB);
@@ -272,15 +275,16 @@ TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
   stream_t s = nullptr;
   ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
   void* x = checker.allocate(64 * MiB, s);
-  const std::multiset<std::size_t> grown{16 * MiB, 24 * MiB, 24 * MiB};
+  const std::multiset<std::size_t> grown{64 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
   EXPECT_THROW((void)p.allocate(8 * MiB, s), out_of_memory);  // the cap is met: the pool is at its limit
   checker.free_after_work(x, 500.0);  // on s, behind queued work
   const std::uint64_t waits = p.stats().driver.wait_calls();
   void* small = checker.allocate(8 * MiB, s);
   EXPECT_EQ(p.stats().driver.wait_calls(), waits + 1) << "waited for the stream's frees";
-  EXPECT_NE(handle_sizes(p), grown) << "and split the handle it cuts";
-  EXPECT_EQ(*handle_sizes(p).rbegin(), 24 * MiB) << "only that one";
+  const std::vector<std::size_t> growths_sizes(8, 8 * MiB);
+  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(growths_sizes.begin(), growths_sizes.end()))
+      << "and split the handle into growth's sizes at the limit";
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
   checker.check();
   checker.free(small);
@@ -289,7 +293,7 @@ TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
 
 // The limit ends when the device has room again: here a byte cap met and then raised (as
 // torch.cuda.set_per_process_memory_fraction may). While the room left is short of a quarter of
-// what the pool holds, growth keeps making 8 MiB handles; after the raise, 24 MiB ones.
+// what the pool holds, growth keeps making 8 MiB handles; after the raise, handles of up to 64 MiB.
 TEST(PoolOutOfMemory, TheLimitEndsWhenTheDeviceHasRoomAgain) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool_options options;
@@ -315,13 +319,13 @@ TEST(PoolOutOfMemory, TheLimitEndsWhenTheDeviceHasRoomAgain) {
   p.set_byte_cap(1024 * MiB);
   void* e = checker.allocate(96 * MiB);
   sizes = handle_sizes(p);
-  EXPECT_EQ(sizes.count(24 * MiB), 5u) << "e in four 24 MiB handles: the limit has ended";
+  EXPECT_EQ(sizes.count(64 * MiB), 1u) << "e in a 64 MiB handle and the rest: the limit has ended";
   checker.check();
   for (void* x : {b, c, d, e}) checker.free(x);
 }
 
 // The same when the room comes from another process (here another pool on the device) handing
-// back what it held: the next growth sees it and makes 24 MiB handles again.
+// back what it held: the next growth sees it and makes handles of up to 64 MiB again.
 TEST(PoolOutOfMemory, TheLimitEndsWhenAnotherProcessGivesMemoryBack) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
   pool other(sim, 0);
@@ -336,7 +340,7 @@ TEST(PoolOutOfMemory, TheLimitEndsWhenAnotherProcessGivesMemoryBack) {
   other.deallocate(others);
   (void)other.release();
   void* d = checker.allocate(96 * MiB);
-  EXPECT_EQ(handle_sizes(p).count(24 * MiB), 5u) << "d in four 24 MiB handles";
+  EXPECT_EQ(handle_sizes(p).count(64 * MiB), 1u) << "d in a 64 MiB handle and the rest";
   checker.check();
   for (void* x : {b, c, d}) checker.free(x);
 }

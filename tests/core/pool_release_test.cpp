@@ -150,15 +150,17 @@ TEST(PoolRelease, LargeRequestsUseLargerHandles) {
   EXPECT_EQ(returned, p.stats().released_bytes);
 }
 
-// A block carved from a large handle freed on its own stream pins only its own granules once that
-// stream's frees are known complete (an event query), so the rest goes back when its neighbour is
-// freed; while the GPU still runs behind, the handle stays whole (nothing unmapped under queued work).
+// Away from the device's limit a block carved from a large free handle keeps the handle whole
+// (placement.cpp): release() then keeps what the block pins, and compact() hands that back by moving
+// the block's bytes, once its stream's work is done. While the GPU still runs behind, nothing is
+// unmapped under queued work either way.
 struct carve_outcome {
   std::size_t held_after_release = 0;
+  std::size_t held_after_compact = 0;
 };
 
 // The largest handle growth makes in a large region (page_table.cpp).
-constexpr std::size_t largest_handle = 24 * MiB;
+constexpr std::size_t largest_handle = 64 * MiB;
 
 carve_outcome carve_from_own_free(double work_us, std::size_t kept_bytes) {
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
@@ -171,19 +173,23 @@ carve_outcome carve_from_own_free(double work_us, std::size_t kept_bytes) {
   checker.check();
   checker.free(rest);
   sim->run_until_idle();
+  carve_outcome out;
   (void)p.release();
+  out.held_after_release = p.stats().mapped_bytes;
+  (void)p.compact();
+  out.held_after_compact = p.stats().mapped_bytes;
   checker.check();
   checker.check_patterns();
-  carve_outcome out{p.stats().mapped_bytes};
   checker.free(kept);
   return out;
 }
 
-TEST(PoolRelease, ABlockCarvedFromItsOwnStreamsCompletedFreeSplitsTheHandle) {
-  EXPECT_EQ(carve_from_own_free(0.0, 4 * MiB).held_after_release, 4 * MiB);
-  // Covering 16 of 24 MiB still splits: a block keeps a handle whole only from three quarters on.
-  EXPECT_EQ(carve_from_own_free(0.0, 16 * MiB).held_after_release, 16 * MiB);
-  EXPECT_EQ(carve_from_own_free(0.0, 18 * MiB).held_after_release, largest_handle);
+TEST(PoolRelease, ABlockCarvedFromAFreeHandleKeepsItWholeAndCompactHandsTheRestBack) {
+  for (const std::size_t kept : {4 * MiB, 16 * MiB, 50 * MiB}) {
+    const carve_outcome out = carve_from_own_free(0.0, kept);
+    EXPECT_EQ(out.held_after_release, largest_handle) << kept;
+    EXPECT_EQ(out.held_after_compact, kept) << kept;
+  }
 }
 
 TEST(PoolRelease, ABlockCarvedWhileItsStreamsFreeIsQueuedLeavesTheHandleWhole) {
@@ -224,21 +230,21 @@ TEST(PoolRelease, OnlyAGrowthWhoseLastHandleIsLargeGivesItsEndGranuleAHandleOfIt
   auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  const std::size_t largest = 24 * MiB;  // growth's largest handle (page_table::largest_growth_handle)
+  const std::size_t largest = 64 * MiB;  // growth's largest handle (page_table::largest_growth_handle)
   void* small_growth = checker.allocate(5 * MiB);  // granules 0-2: one 6 MiB handle
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{6 * MiB}));
-  // From its free 1 MiB tail to 19.5 MiB: 14 MiB more (granules 3-9), the last handle would be
-  // 14 MiB, so the granule it ends in gets its own.
-  void* large_growth = checker.allocate(29 * MiB / 2);
-  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{2 * MiB, 6 * MiB, 12 * MiB}));
+  // From its free 1 MiB tail to 34.5 MiB: 30 MiB more (granules 3-17), the last handle would be
+  // 30 MiB, more than a granule and a quarter of the largest, so the granule it ends in gets its own.
+  void* large_growth = checker.allocate(59 * MiB / 2);
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{2 * MiB, 6 * MiB, 28 * MiB}));
   // The block above the small growth pins its handle: what it keeps after release is its own
   // granules and no more than a quarter of the largest handle besides.
   checker.free(small_growth);
   sim->run_until_idle();
   (void)p.release();
   checker.check();
-  EXPECT_EQ(p.stats().mapped_bytes, 20 * MiB);
-  EXPECT_LE(p.stats().mapped_bytes, 16 * MiB + largest / 4) << "its 8 granules and a quarter handle";
+  EXPECT_EQ(p.stats().mapped_bytes, 36 * MiB);
+  EXPECT_LE(p.stats().mapped_bytes, 32 * MiB + largest / 4) << "its 16 granules and a quarter handle";
   checker.free(large_growth);
   sim->run_until_idle();
   (void)p.release();

@@ -59,21 +59,26 @@ TEST(ReplayLaterPasses, TheLoaderHoldsInItsSecondPassWhatItHeldInItsFirst) {
   EXPECT_LE(pool.held_ratio(), 1.02);
 }
 
-// What the loader keeps live holds, after release(), within the H200 retention test's bound (live x
-// 1.02 + 64 MiB, python/tests/gpu/test_frameworks_gpu.py), which sim gives to the MiB, so CI sees
-// a regression the GPU test would: on the bundled trace and on two seeds the large-handle cap
-// (page_table.cpp) was not chosen on.
-TEST(ReplayLaterPasses, WhatTheLoaderKeepsHoldsWithinTheGpuRetentionBoundAfterRelease) {
+// What the loader keeps live holds, after release() and compact(), within the GPU retention test's
+// bound (live x 1.02 + 64 MiB, python/tests/gpu/test_frameworks_gpu.py), which sim gives to the
+// MiB, so CI sees a regression the GPU test would: on the bundled trace and on two seeds the
+// large-handle cap (page_table.cpp) was not chosen on. release() alone keeps the rest of every
+// 64 MiB handle a live block touches (printed, not bounded: docs/RESULTS.md, section 0).
+TEST(ReplayLaterPasses, WhatTheLoaderKeepsHoldsWithinTheGpuRetentionBoundAfterCompact) {
   constexpr std::size_t mib = std::size_t{1} << 20;
   for (const std::uint64_t seed : {std::uint64_t{1}, std::uint64_t{7}, std::uint64_t{15}}) {
     const trace t = seed == 1 ? read_bundled_trace("loader.csv.gz") : make_loader_trace(seed);
     const replay_result pool = replay_trace(t, "tidepool", std::make_shared<sim_driver>());
     const double bound = static_cast<double>(pool.live_end_bytes) * 1.02 + static_cast<double>(64 * mib);
-    std::printf("loader seed %llu: held after release %zu MiB for %zu MiB live, bound %.0f MiB\n",
-                static_cast<unsigned long long>(seed), pool.held_after_release_bytes / mib, pool.live_end_bytes / mib,
-                bound / static_cast<double>(mib));
+    ASSERT_TRUE(pool.held_after_compact_bytes.has_value()) << "sim compacts: seed " << seed;
+    const std::size_t compacted = *pool.held_after_compact_bytes;
+    std::printf("loader seed %llu: held after release %zu MiB, after compact %zu MiB, for %zu MiB live, bound %.0f "
+                "MiB\n",
+                static_cast<unsigned long long>(seed), pool.held_after_release_bytes / mib, compacted / mib,
+                pool.live_end_bytes / mib, bound / static_cast<double>(mib));
     EXPECT_GT(pool.live_end_bytes, 0u) << "seed " << seed;
-    EXPECT_LE(static_cast<double>(pool.held_after_release_bytes), bound) << "seed " << seed;
+    EXPECT_LE(static_cast<double>(compacted), bound) << "seed " << seed;
+    EXPECT_LE(compacted, pool.held_after_release_bytes) << "seed " << seed;
   }
 }
 

@@ -1,8 +1,8 @@
 """The retention workload of DESIGN 1.1 (traces/loader.csv.gz, the loader-shaped RMM log made by
 `tidepool generate-loader`), replayed through a framework's allocator: every allocation becomes a
 framework array, every free drops it. Prints peak held / peak live and what is held after the
-inputs close and release_cached_memory() runs ("held" is NVML's figure for this process minus what
-it held before the workload), and the time the workload's allocations and frees took (the load and
+inputs close and release_cached_memory() runs, and under tidepool after compact() too ("held" is
+NVML's figure for this process minus what it held before the workload), and the time the workload's allocations and frees took (the load and
 merge of DESIGN 1.1: issue 15 asks for at most 1.5x the framework's own pool), NVML's sampling left
 out of it. Under tidepool the allocating time is split by whether the allocation made driver calls
 (the pool's stats before and after each, read outside the timed part), beside the pool's own count
@@ -86,6 +86,9 @@ for action, pointer, size in steps:
         live_bytes -= freed
 sync()
 released = tidepool.release_cached_memory()
+held_after_release = memory.bytes() - baseline
+# The exact hand-back: what live arrays pin of the pages beside them moved away (tidepool only).
+compacted = tidepool.compact(0) if routed else 0
 held_after = memory.bytes() - baseline
 # The pool's own figures beside NVML's, to tell the pool's memory from what else the process holds.
 pool = tidepool.stats(0) if routed else None
@@ -99,5 +102,6 @@ emit({"pool_driver_calls": pool.driver_calls - pool_before.driver_calls if pool 
       "pool_mapped_after": pool.mapped_bytes if pool else None,
       "framework": framework, "allocator": allocator, "peak_live": peak_live,
       "peak_held": peak_held, "peak_ratio": peak_held / peak_live, "live_after": live_bytes,
+      "held_after_release": held_after_release, "compacted": compacted,
       "held_after": held_after, "held_after_ratio": held_after / max(live_bytes, 1),
       "released": released, "allocating_s": allocating_s, "freeing_s": freeing_s})
