@@ -242,7 +242,7 @@ TIDEPOOL_API tidepool_status tidepool_release(int device, size_t* bytes);
  *  (tidepool::pool::compact): every physical handle that live allocations cover only in part is
  *  made again under just the 2 MiB granules they touch, their bytes moved through pinned host
  *  memory to the same addresses. Waits for the pool's streams first; while it runs no GPU work may
- *  touch the pool's memory, and allocations on other threads fail with TIDEPOOL_ASLEEP. *bytes:
+ *  touch the pool's memory, and allocations on other threads wait until it returns. *bytes:
  *  what went back, release's included (0 where no pool exists); bytes may be NULL. The pools of
  *  the tags on `device` are compacted too, but a sleeping one (its memory went back already).
  *  TIDEPOOL_UNAVAILABLE without the virtual memory API or with alias_free_handles. */

@@ -72,7 +72,7 @@ def compact(device):
     no more; the pools of the tags on `device` too, but a sleeping one. Returns the bytes handed
     back, release's included. It waits for the pool's streams first; while it runs, no GPU work may
     use the pool's memory (call it between phases, as for sleep()), and allocations on other
-    threads raise AsleepError. With PyTorch: `torch.cuda.empty_cache();
+    threads wait until it returns. With PyTorch: `torch.cuda.empty_cache();
     tidepool.compact(torch.cuda.current_device())`."""
     device = _arguments.device("compact", device)
     released = ctypes.c_size_t(0)
