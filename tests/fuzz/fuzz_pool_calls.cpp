@@ -1,5 +1,6 @@
 // libFuzzer target: a sequence of pool calls through the C API, decoded from the input's bytes, on
-// a host-backed simulated GPU: default options (byte cap, release policy), allocations of any size
+// a host-backed simulated GPU: default options (byte cap, release policy, compaction on the
+// out-of-memory path), allocations of any size
 // and lifetime on the default stream and three others (tidepool_allocate and the PyTorch and CuPy
 // entry points), frees, record_stream with work queued, streams forgotten, destroyed and made
 // again, release, compact, release_cached_memory, stats, the clock moving, and bad input: zero and absurd
@@ -90,6 +91,7 @@ class session {
     if (b & 16) o.small_size_threshold = 64 * 1024;
     if (b & 32) o.growth_slack = 0.0;
     if (b & 64) o.thread_caches = TIDEPOOL_THREAD_CACHES_ALWAYS;  // frees and reuses through the thread's cache
+    if (b & 128) o.compact_on_out_of_memory = 1;  // one thread: moving live bytes at out of memory is safe
     if (tidepool_set_default_pool_options(&o) != TIDEPOOL_SUCCESS) fail("set options");
   }
 
