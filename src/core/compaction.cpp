@@ -18,8 +18,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <limits>
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <unordered_set>
 
@@ -265,8 +265,8 @@ void pool_impl::remake_partly_live(std::size_t enough, std::size_t& released) {
   for (auto& a : arenas_) {
     for (arena::partly_live_handle& h : a->partly_live_handles(staying)) candidates.push_back({a.get(), std::move(h)});
   }
-  // Most handed back for the least copied first: where only `enough` is wanted (the out-of-memory
-  // path), those reach it soonest. The new handles exist beside the old one for a moment, so a
+  // Most handed back first: where only `enough` is wanted (the out-of-memory path), those reach it
+  // with the fewest moves. The new handles exist beside the old one for a moment, so a
   // handle with no room for them now is tried again once others have gone back.
   std::stable_sort(candidates.begin(), candidates.end(), [](const candidate& x, const candidate& y) {
     return x.h.size - x.h.kept_bytes() > y.h.size - y.h.kept_bytes();

@@ -6,8 +6,8 @@
 // not 17) left a free sliver below it that later requests could not use, and tidepool held more
 // than expandable segments on many more traces (docs/RESULTS.md, section 0).
 //
-// In the large arenas handles are as large as the growth that made them (up to 64 MiB: page_table.cpp),
-// and a handle goes back whole or not at all. Placement itself ignores handles: it is best fit, so
+// In the large arenas handles are as large as the growth that made them (up to 64 MiB:
+// page_table.cpp), and a handle goes back whole or not at all. Placement itself ignores handles: it is best fit, so
 // a loop whose shapes repeat or drift finds the places it had, and the layout settles (placement
 // that avoided cutting handles distorted best fit and never settled). Away from the device's limit
 // a handle growth made is never split under a block: the rest a live block pins goes back on
@@ -21,8 +21,9 @@
 // rest back. A block covering three quarters or more keeps the handle whole, and so does a block
 // that touches every granule of the handle: it pins the whole handle by itself. At the device's
 // limit, where growth's handles are 8 MiB, a block keeps whole a handle it leaves at most half of
-// one (4 MiB) uncovered: a loop at its capacity places new shapes in every step, and splitting them cost more calls than the pinned rest saved allocations
-// (docs/RESULTS.md, section 0, "Splits at the device's limit").
+// one (4 MiB) uncovered: a loop at its capacity places new shapes in every step, and splitting
+// them cost more calls than the pinned rest saved allocations (docs/RESULTS.md, section 0,
+// "Splits at the device's limit").
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
 // known complete (the pool queries the covering event), and otherwise leaves the handle whole.

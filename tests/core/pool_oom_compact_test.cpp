@@ -1,7 +1,8 @@
 // Compaction as the out-of-memory path's last step (pool_options::compact_on_out_of_memory), and
-// allocations made on other threads while a compaction runs: a request that only the granules live blocks leave untouched could serve is
-// served, every live byte where it was; a request that even that could not serve fails as before
-// with nothing moved; another thread's allocation waits for the compaction and is then served.
+// allocations made on other threads while a compaction runs: a request that only the granules live
+// blocks leave untouched could serve is served, every live byte where it was; a request that even
+// that could not serve fails as before with nothing moved, as does the first one with the option
+// off (the default); another thread's allocation waits for the compaction and is then served.
 #include <gtest/gtest.h>
 
 #include <atomic>
