@@ -74,53 +74,53 @@ TEST_F(CApiOptions, AliasOptionsReachThePoolAndBadOnesAreRefused) {
   EXPECT_EQ(made.alias_slack, 0.05);
 }
 
-TEST_F(CApiOptions, FollowGraphCapturesReachesThePoolAndBadValuesAreRefused) {
-  use_small_sim(2);
+// A 0-or-1 field of tidepool_pool_options_t: its default, a bad value refused with the field's
+// name, the reserved field after it refused when not zero, the other value reaching the pools made
+// afterwards, and a caller whose struct ends before the field leaving it as it is.
+struct flag_field {
+  std::int32_t tidepool_pool_options_t::*field;
+  std::int32_t tidepool_pool_options_t::*reserved_after;
+  const char* name;
+  std::int32_t default_value;
+  bool tidepool::pool_options::*option;
+  std::size_t offset;
+};
+
+void expect_flag_reaches_the_pool(const flag_field& f) {
   tidepool_pool_options_t options{};
   options.struct_size = sizeof options;
   ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
-  EXPECT_EQ(options.follow_graph_captures, 1);  // on by default
+  EXPECT_EQ(options.*f.field, f.default_value) << f.name;
   const tidepool_pool_options_t defaults = options;
-  options.follow_graph_captures = 2;
+  options.*f.field = 2;
   EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(tidepool_last_error()).find("follow_graph_captures is 2: expected 0 or 1"), std::string::npos)
+  EXPECT_NE(std::string(tidepool_last_error()).find(std::string(f.name) + " is 2: expected 0 or 1"), std::string::npos)
       << tidepool_last_error();
   options = defaults;
-  options.reserved4_ = 3;
-  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
+  options.*f.reserved_after = 3;
+  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT) << f.name;
   options = defaults;
-  options.follow_graph_captures = 0;
+  options.*f.field = 1 - f.default_value;
   ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS) << tidepool_last_error();
-  // A caller whose struct ends before the field leaves it as it is.
   tidepool_pool_options_t older = defaults;
-  older.struct_size = offsetof(tidepool_pool_options_t, follow_graph_captures);
+  older.struct_size = f.offset;
   ASSERT_EQ(tidepool_set_default_pool_options(&older), TIDEPOOL_SUCCESS) << tidepool_last_error();
-  EXPECT_FALSE(device_pool(1).options().follow_graph_captures);
+  EXPECT_EQ(device_pool(1).options().*f.option, f.default_value == 0) << f.name;
+}
+
+TEST_F(CApiOptions, FollowGraphCapturesReachesThePoolAndBadValuesAreRefused) {
+  use_small_sim(2);
+  expect_flag_reaches_the_pool({&tidepool_pool_options_t::follow_graph_captures, &tidepool_pool_options_t::reserved4_,
+                                "follow_graph_captures", 1, &tidepool::pool_options::follow_graph_captures,
+                                offsetof(tidepool_pool_options_t, follow_graph_captures)});
 }
 
 TEST_F(CApiOptions, CompactOnOutOfMemoryReachesThePoolAndBadValuesAreRefused) {
   use_small_sim(2);
-  tidepool_pool_options_t options{};
-  options.struct_size = sizeof options;
-  ASSERT_EQ(tidepool_get_default_pool_options(&options), TIDEPOOL_SUCCESS);
-  EXPECT_EQ(options.compact_on_out_of_memory, 0);  // off by default
-  const tidepool_pool_options_t defaults = options;
-  options.compact_on_out_of_memory = -1;
-  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(tidepool_last_error()).find("compact_on_out_of_memory is -1: expected 0 or 1"),
-            std::string::npos)
-      << tidepool_last_error();
-  options = defaults;
-  options.reserved5_ = 1;
-  EXPECT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_INVALID_ARGUMENT);
-  options = defaults;
-  options.compact_on_out_of_memory = 1;
-  ASSERT_EQ(tidepool_set_default_pool_options(&options), TIDEPOOL_SUCCESS) << tidepool_last_error();
-  // A caller whose struct ends before the field leaves it as it is.
-  tidepool_pool_options_t older = defaults;
-  older.struct_size = offsetof(tidepool_pool_options_t, compact_on_out_of_memory);
-  ASSERT_EQ(tidepool_set_default_pool_options(&older), TIDEPOOL_SUCCESS) << tidepool_last_error();
-  EXPECT_TRUE(device_pool(1).options().compact_on_out_of_memory);
+  expect_flag_reaches_the_pool({&tidepool_pool_options_t::compact_on_out_of_memory,
+                                &tidepool_pool_options_t::reserved5_, "compact_on_out_of_memory", 0,
+                                &tidepool::pool_options::compact_on_out_of_memory,
+                                offsetof(tidepool_pool_options_t, compact_on_out_of_memory)});
 }
 
 TEST_F(CApiOptions, AnOlderCallersStructChangesOnlyItsFields) {

@@ -100,6 +100,17 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 
+def touched_granule_bytes(tensors):
+    """The bytes of the 2 MiB granules the tensors touch, each as the pool placed it (its size
+    rounded up to 512 bytes): what compact() leaves held."""
+    granules = set()
+    for t in tensors:
+        start = t.data_ptr()
+        end = start + (t.numel() * t.element_size() + 511) // 512 * 512
+        granules.update(range(start // (2 * MiB), (end - 1) // (2 * MiB) + 1))
+    return len(granules) * 2 * MiB
+
+
 def weights_digest(model):
     """SHA-256 of a model's parameters as stored: equal digests mean bit-identical weights."""
     import hashlib

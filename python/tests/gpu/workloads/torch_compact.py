@@ -9,7 +9,7 @@ import random
 import torch
 
 import tidepool
-from common import MiB, emit, torch_memory
+from common import emit, torch_memory, touched_granule_bytes
 
 tidepool.torch.use()
 rng = random.Random(7)
@@ -41,11 +41,7 @@ with torch.cuda.graph(graph):
     doubled = static * 2
 torch.cuda.synchronize()
 torch.cuda.empty_cache()
-granules = set()
-for t in live:
-    start = t.data_ptr()
-    end = start + (t.numel() * 4 + 511) // 512 * 512
-    granules.update(range(start // (2 * MiB), (end - 1) // (2 * MiB) + 1))
+touched = touched_granule_bytes(live)
 nvml = torch_memory()
 nvml_before = nvml.bytes()
 held_before = tidepool.stats().mapped_bytes
@@ -61,7 +57,7 @@ result = {"held_after_release": held_before,
           "live_bytes": after.in_use_bytes,
           "nvml_drop": nvml_before - nvml_after,
           "graph_output_bytes": doubled.numel() * 4,
-          "touched_granule_bytes": len(granules) * 2 * MiB,
+          "touched_granule_bytes": touched,
           "same_addresses": [t.data_ptr() for t in live] == addresses,
           "values_kept": all(torch.equal(t.cpu(), e) for t, e in zip(live, expected)),
           "graph_reads_moved_bytes": bool(torch.equal(doubled.cpu(), expected[first] * 2))}

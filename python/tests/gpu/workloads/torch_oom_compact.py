@@ -10,7 +10,7 @@ import sys
 import torch
 
 import tidepool
-from common import MiB, emit
+from common import MiB, emit, touched_granule_bytes
 
 tidepool.set_pool_options(compact_on_out_of_memory=sys.argv[1] == "on")
 tidepool.torch.use()
@@ -31,12 +31,7 @@ addresses = [t.data_ptr() for t in live]
 torch.cuda.synchronize()
 torch.cuda.empty_cache()
 
-granules = set()
-for t in live:
-    start = t.data_ptr()
-    end = start + (t.numel() * 4 + 511) // 512 * 512
-    granules.update(range(start // (2 * MiB), (end - 1) // (2 * MiB) + 1))
-touched = len(granules) * 2 * MiB
+touched = touched_granule_bytes(live)
 held = tidepool.stats(device).mapped_bytes
 cap = held + 16 * MiB
 tidepool.set_byte_cap(cap, device)
