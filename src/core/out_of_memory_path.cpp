@@ -5,8 +5,9 @@
 //   2. the CUDA stream-ordered pools (memory parked by cudaMallocAsync users);
 //   3. the process's reclaim hooks (other frameworks' caches);
 //   4. frees still waiting for their streams: wait for the device;
-//   5. compaction (compaction.cpp): the granules of handles that live blocks touch only in part,
-//      handed back by moving the live bytes, when that covers what the request lacks.
+//   5. with pool_options::compact_on_out_of_memory, compaction (compaction.cpp): the granules of
+//      handles that live blocks touch only in part, handed back by moving the live bytes, when
+//      that covers what the request lacks.
 // Steps 2-5 run with the pool's lock dropped (the hooks may free into this pool; the others take
 // as long as the GPU does, and cached allocations on other threads must not wait behind them).
 //
