@@ -55,7 +55,15 @@ def test_captures_given_one_pool_hold_what_pytorchs_shared_pool_holds():
     for figures in (mapped, explicit, alone, direct):
         assert figures["graphs_kept"] == figures["batches"], r
         assert figures["graphs_after_destroy"] == 0, figures
-        assert figures["held_after_destroy"] - figures["in_use_after_destroy"] < 64 * MiB, figures
+        # The graphs' memory comes back on release(): held grows from before the captures by no
+        # more than what the program still holds (the capture stream's cuBLAS workspace) and one
+        # 64 MiB handle that it may pin in part.
+        grown_in_use = figures["in_use_after_destroy"] - figures["in_use_before"]
+        assert figures["held_after_destroy"] - figures["held_before"] <= grown_in_use + 64 * MiB, figures
+        # compact() leaves the granules live tensors touch, and what else is live (the workspace)
+        # in granules, with up to a granule at each end of each.
+        others = figures["in_use_after_destroy"] - figures["live_tensor_bytes"]
+        assert figures["held_after_compact"] <= figures["touched_granule_bytes"] + others + 8 * MiB, figures
     # One working set for all the captures, not one each (the figures: docs/RESULTS.md 11).
     for shared in (mapped, explicit, direct):
         assert shared["graph_bytes"] < 0.6 * alone["graph_bytes"], r

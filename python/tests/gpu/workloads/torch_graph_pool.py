@@ -29,7 +29,7 @@ if uses_tidepool:
 
     tidepool.torch.use()
 from common import (drop_allocator_cache, emit, graphs_kept_after_waiting,  # noqa: E402
-                    held_by_allocator, residual_mlp)
+                    held_by_allocator, residual_mlp, touched_granule_bytes)
 
 torch.set_grad_enabled(False)
 torch.manual_seed(0)
@@ -49,6 +49,7 @@ def held():
 # What the program holds before capturing: weights, inputs, expected results; no cache.
 drop_allocator_cache(uses_tidepool)
 held_before = held()
+in_use_before = tidepool.stats().in_use_bytes if uses_tidepool else torch.cuda.memory_allocated()
 
 shared_pool = torch.cuda.graph_pool_handle() if not mode.endswith("-private") else None
 graph_pool = tidepool.GraphPool() if mode == "tidepool-shared" else contextlib.nullcontext()
@@ -68,7 +69,7 @@ for b in BATCHES:
     graphs[b] = g
 del g
 torch.cuda.synchronize()
-result = {"mode": mode, "batches": len(BATCHES), "held_before": held_before,
+result = {"mode": mode, "batches": len(BATCHES), "held_before": held_before, "in_use_before": in_use_before,
           "graph_bytes": held() - held_before}
 if uses_tidepool:
     stats = tidepool.stats()
@@ -115,4 +116,12 @@ if uses_tidepool:
 # More than before the captures by what the program still holds: PyTorch's cuBLAS workspace of the
 # capture stream, made in the first capture, kept after it (by PyTorch's allocator too).
 result["held_after_destroy"] = held()
+if uses_tidepool:
+    # release() leaves the parts of handles that live tensors pin; compact() moves their bytes so
+    # that only the granules they touch stay held.
+    live = list(model.parameters()) + list(inputs.values()) + list(expected.values())
+    result["live_tensor_bytes"] = sum(t.numel() * t.element_size() for t in live)
+    result["touched_granule_bytes"] = touched_granule_bytes(live)
+    tidepool.compact(torch.cuda.current_device())
+    result["held_after_compact"] = held()
 emit(result)
