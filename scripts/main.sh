@@ -10,7 +10,8 @@
 # traces of bench/synthetic/make_traces.py (MoE, serving, random mix, checkpointed training, RL,
 # data-parallel with a communication stream, fully sharded data-parallel on three streams, two
 # loops side by side on two streams, GNN, U-Net, a regridding science code, a transformer with a
-# larger-batch evaluation every tenth step, a transformer on a curriculum) with seeds 1-10, each
+# larger-batch evaluation every tenth step, a transformer on a curriculum, a pipeline-parallel
+# stage on the 1F1B schedule) with seeds 1-10, each
 # replayed three times beside expandable segments, one line each and the goals over all
 # of them
 # (UNSEEN_SEEDS="1 2 3" picks fewer seeds; UNSEEN_SEEDS= skips the part).

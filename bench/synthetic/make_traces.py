@@ -49,6 +49,14 @@ section 0, "Workloads it was not tuned on"):
           every step are new and the attention scores grow step after step.
   amr     a GPU science code (CuPy style): a solver's fields and temporaries on a grid that adaptive
           mesh refinement regrids now and then (larger or smaller), with small reductions.
+  pipe    one stage of a pipeline-parallel transformer trained with the 1F1B schedule: the stage's
+          layers (the output head too on the last stage); each step 4-16 micro-batches of a new
+          sequence length, each arriving as an activation from the stage before; warm-up forwards
+          (as many as stages follow this one), then a backward and a forward in turn, then the
+          cool-down's backwards; a micro-batch's saved tensors (attention scores included) live
+          from its forward to its backward, so up to that many working sets overlap, freed oldest
+          first; gradients made by the first micro-batch, AdamW's step at the end. Width, depth,
+          stage count, stage and micro-batches drawn from the seed.
 
     python3 bench/synthetic/make_traces.py OUT_DIR [SEED]
 
@@ -577,9 +585,80 @@ def amr(seed, iterations=3000):
     return trace
 
 
+def pipeline(seed, steps=30):
+    r = random.Random(seed)
+    m = transformer(r)
+    d, vocab = m["d"], m["vocab"]
+    stages = r.choice([2, 4, 8])
+    stage = r.randrange(stages)
+    layers = max(1, m["layers"] * r.choice([2, 3]) // stages)
+    micro = r.choice([4, 8, 16])
+    last = stage == stages - 1
+    trace = Trace()
+    weights = [trace.alloc(n * 4) for _ in range(layers) for n in layer_weights(d)]
+    if last:
+        weights.append(trace.alloc(vocab * d * 4))  # the output head
+    optimizer_state = []
+    for _ in range(steps):
+        length = r.randrange(256, 4096 + 1, 64)
+        tokens = max(1, m["budget"] // 4 // length) * length
+        batch = tokens // length
+        gradients = []
+        saved = {}
+
+        def forward(k):
+            kept = [trace.alloc(tokens * d * 2)]  # the activation received from the stage before
+            for _ in range(layers):  # qkv, attention scores, attention output, MLP, block output
+                kept += [trace.alloc(tokens * 3 * d * 2), trace.alloc(batch * m["heads"] * length * length * 2),
+                         trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2), trace.alloc(tokens * d * 2)]
+            if last:
+                logits = trace.alloc(tokens * vocab * 2)
+                kept.append(trace.alloc(tokens * vocab * 4))  # float32 logits, kept for the loss's backward
+                trace.free(logits)
+            else:
+                trace.free(trace.alloc(tokens * d * 2))  # the output, freed once sent to the next stage
+            saved[k] = kept
+
+        def backward(k):
+            kept = saved.pop(k)
+            if last:
+                if not gradients:
+                    gradients.append(trace.alloc(vocab * d * 4))
+                grad_logits = trace.alloc(tokens * vocab * 4)
+                trace.free(kept.pop())
+                grad_x = trace.alloc(tokens * d * 2)
+                trace.free(grad_logits)
+            else:
+                grad_x = trace.alloc(tokens * d * 2)  # received from the next stage
+            for layer in range(layers):
+                if k == 0:  # the first micro-batch makes the gradients the others accumulate into
+                    gradients.extend(trace.alloc(n * 4) for n in reversed(layer_weights(d)))
+                trace.free(trace.alloc(tokens * 4 * d * 2))
+                for _ in range(5):
+                    trace.free(kept.pop())
+                grad_in = trace.alloc(tokens * d * 2)
+                trace.free(grad_x)
+                grad_x = grad_in
+            trace.free(grad_x)  # sent to the stage before
+            trace.free(kept.pop())
+
+        forwards = backwards = 0
+        while forwards < min(micro, stages - stage):  # warm-up
+            forward(forwards)
+            forwards += 1
+        while backwards < micro:  # one backward, one forward, then the cool-down's backwards
+            backward(backwards)
+            backwards += 1
+            if forwards < micro:
+                forward(forwards)
+                forwards += 1
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+    return trace
+
+
 FAMILIES = (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl), ("ddp", ddp),
             ("fsdp", fsdp), ("pair", pair), ("gnn", gnn), ("unet", unet), ("amr", amr), ("eval", evaluate),
-            ("curriculum", curriculum))
+            ("curriculum", curriculum), ("pipe", pipeline))
 
 
 def main(argv):

@@ -12,7 +12,8 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO_ROOT, "bench", "synthetic", "make_traces.py")
-NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "fsdp", "pair", "gnn", "unet", "amr", "eval", "curriculum")
+NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "fsdp", "pair", "gnn", "unet", "amr", "eval", "curriculum",
+         "pipe")
 
 
 def _write(out, seed):
