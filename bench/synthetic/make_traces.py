@@ -630,7 +630,7 @@ def pipeline(seed, steps=30):
                 trace.free(grad_logits)
             else:
                 grad_x = trace.alloc(tokens * d * 2)  # received from the next stage
-            for layer in range(layers):
+            for _ in range(layers):
                 if k == 0:  # the first micro-batch makes the gradients the others accumulate into
                     gradients.extend(trace.alloc(n * 4) for n in reversed(layer_weights(d)))
                 trace.free(trace.alloc(tokens * 4 * d * 2))
