@@ -201,8 +201,7 @@ bool pool_impl::compact_for(std::size_t need, const stream_state& s) {
   if (creatable >= need) return false;  // growth failed for want of something compaction cannot give
   const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
   const std::vector<std::uint32_t> staying(shared.begin(), shared.end());
-  std::size_t whole_handles = 0;
-  for (const auto& a : arenas_) whole_handles += a->whole_free_handle_bytes();
+  const std::size_t whole_handles = whole_free_handle_bytes();
   const std::size_t lacks = need - creatable;
   if (whole_handles + compactable_bytes(staying) < lacks) return false;
   const compaction_scope scope(*this);

@@ -54,10 +54,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     // Whole free handles of every arena (what stealing or releasing can reach), counted once.
     std::optional<std::size_t> whole_handles;
     auto whole_free_handles = [&]() {
-      if (!whole_handles) {
-        whole_handles = 0;
-        for (const auto& a : arenas_) *whole_handles += a->whole_free_handle_bytes();
-      }
+      if (!whole_handles) whole_handles = whole_free_handle_bytes();
       return *whole_handles;
     };
     if (virtual_memory_) {
@@ -149,16 +146,19 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
 
 std::size_t pool_impl::largest_possible(std::size_t driver_free) {
   std::size_t largest_block = 0;
-  std::size_t whole_handles = 0;
-  for (const auto& a : arenas_) {
-    largest_block = std::max(largest_block, a->largest_free_block());
-    whole_handles += a->whole_free_handle_bytes();
-  }
+  for (const auto& a : arenas_) largest_block = std::max(largest_block, a->largest_free_block());
+  const std::size_t whole_handles = whole_free_handle_bytes();
   const std::size_t creatable = creatable_bytes(driver_free);
   // With the virtual memory API, whole free handles are stolen under any request; without it,
   // only a wholly free segment goes back (counted in whole_handles) to make room.
   const std::size_t grown = round_down(whole_handles + creatable, pages_.granularity());
   return std::max(largest_block, grown);
+}
+
+std::size_t pool_impl::whole_free_handle_bytes() const noexcept {
+  std::size_t bytes = 0;
+  for (const auto& a : arenas_) bytes += a->whole_free_handle_bytes();
+  return bytes;
 }
 
 std::size_t pool_impl::creatable_bytes(std::size_t driver_free) const noexcept {

@@ -507,6 +507,8 @@ class pool_impl {
   /// What growth may still create when the driver has `driver_free` bytes free: within the
   /// headroom and the byte cap.
   [[nodiscard]] std::size_t creatable_bytes(std::size_t driver_free) const noexcept;
+  /// Whole free handles of every arena: what stealing or releasing can reach.
+  [[nodiscard]] std::size_t whole_free_handle_bytes() const noexcept;
   /// Ends the device's limit (page_table::at_limit) when the device could give the pool a quarter
   /// of what it holds again (growth.cpp).
   void leave_limit_if_device_has_room();
