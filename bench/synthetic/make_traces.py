@@ -249,18 +249,37 @@ def transformer_weights(trace, m):
                                                      for n in layer_weights(m["d"])]
 
 
+def layer_forward(trace, m, tokens, length):
+    """One layer's forward under bf16 autocast: its qkv, attention scores, attention output and MLP
+    activation, then its output (the last of the five returned)."""
+    d = m["d"]
+    return [trace.alloc(tokens * 3 * d * 2), trace.alloc(tokens // length * m["heads"] * length * length * 2),
+            trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2), trace.alloc(tokens * d * 2)]
+
+
+def layer_backward(trace, m, tokens, kept, grad_x, gradients=None):
+    """One layer's backward, from the last layer down: its weight gradients appended to `gradients`
+    (None: they exist already), a temporary, the layer's five saved tensors freed from `kept`; returns
+    the gradient of its input, grad_x freed."""
+    if gradients is not None:
+        gradients.extend(trace.alloc(n * 4) for n in reversed(layer_weights(m["d"])))
+    trace.free(trace.alloc(tokens * 4 * m["d"] * 2))
+    for _ in range(5):
+        trace.free(kept.pop())
+    grad_in = trace.alloc(tokens * m["d"] * 2)
+    trace.free(grad_x)
+    return grad_in
+
+
 def transformer_pass(trace, m, tokens, length, train):
     """One forward pass of `tokens` tokens in sequences of `length` under bf16 autocast. Training
     keeps each layer's qkv, attention scores, attention output, MLP activation and output for the
     backward pass, which frees them from the last layer down, and returns the weight gradients it
     made; evaluation (no_grad) frees each layer's work as soon as the next layer's input exists."""
     d, vocab = m["d"], m["vocab"]
-    batch = tokens // length
     kept = [trace.alloc(tokens * d * 2)]
     for _ in range(m["layers"]):
-        work = [trace.alloc(tokens * 3 * d * 2), trace.alloc(batch * m["heads"] * length * length * 2),
-                trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2)]
-        out = trace.alloc(tokens * d * 2)
+        *work, out = layer_forward(trace, m, tokens, length)
         if train:
             kept += work + [out]
         else:
@@ -281,15 +300,7 @@ def transformer_pass(trace, m, tokens, length, train):
     trace.free(grad_logits)
     gradients = [trace.alloc(vocab * d * 4)]
     while len(kept) > 1:
-        for n in reversed(layer_weights(d)):
-            gradients.append(trace.alloc(n * 4))
-        temporary = trace.alloc(tokens * 4 * d * 2)
-        trace.free(temporary)
-        for _ in range(5):  # the layer's saved tensors
-            trace.free(kept.pop())
-        grad_in = trace.alloc(tokens * d * 2)
-        trace.free(grad_x)
-        grad_x = grad_in
+        grad_x = layer_backward(trace, m, tokens, kept, grad_x, gradients)
     trace.free(grad_x)
     trace.free(kept.pop())
     return gradients
@@ -602,15 +613,13 @@ def pipeline(seed, steps=30):
     for _ in range(steps):
         length = r.randrange(256, 4096 + 1, 64)
         tokens = max(1, m["budget"] // 4 // length) * length
-        batch = tokens // length
         gradients = []
         saved = {}
 
         def forward(k):
             kept = [trace.alloc(tokens * d * 2)]  # the activation received from the stage before
-            for _ in range(layers):  # qkv, attention scores, attention output, MLP, block output
-                kept += [trace.alloc(tokens * 3 * d * 2), trace.alloc(batch * m["heads"] * length * length * 2),
-                         trace.alloc(tokens * d * 2), trace.alloc(tokens * 4 * d * 2), trace.alloc(tokens * d * 2)]
+            for _ in range(layers):
+                kept += layer_forward(trace, m, tokens, length)
             if last:
                 logits = trace.alloc(tokens * vocab * 2)
                 kept.append(trace.alloc(tokens * vocab * 4))  # float32 logits, kept for the loss's backward
@@ -630,15 +639,8 @@ def pipeline(seed, steps=30):
                 trace.free(grad_logits)
             else:
                 grad_x = trace.alloc(tokens * d * 2)  # received from the next stage
-            for _ in range(layers):
-                if k == 0:  # the first micro-batch makes the gradients the others accumulate into
-                    gradients.extend(trace.alloc(n * 4) for n in reversed(layer_weights(d)))
-                trace.free(trace.alloc(tokens * 4 * d * 2))
-                for _ in range(5):
-                    trace.free(kept.pop())
-                grad_in = trace.alloc(tokens * d * 2)
-                trace.free(grad_x)
-                grad_x = grad_in
+            for _ in range(layers):  # the first micro-batch makes the gradients the others accumulate into
+                grad_x = layer_backward(trace, m, tokens, kept, grad_x, gradients if k == 0 else None)
             trace.free(grad_x)  # sent to the stage before
             trace.free(kept.pop())
 
