@@ -31,7 +31,7 @@ def test_no_module_the_launchers_import_needs_torch():
 
 
 @pytest.mark.parametrize("name", ["gpt-vary", "gpt-small-vary", "hf-llama-train", "hf-mixtral-train",
-                                  "gpt-compile"])
+                                  "gpt-compile", "hf-bert-mlm-fp16"])
 def test_token_budget_shapes_are_seeded_and_within_budget(name):
     spec = catalog.WORKLOADS[name]
     p = spec.params

@@ -116,6 +116,23 @@ class T5Size:
     vocab_size: int
 
 
+@dataclasses.dataclass(frozen=True)
+class BertSize:
+    """transformers.BertConfig fields of the masked-language-model workload."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    vocab_size: int
+    max_position_embeddings: int
+
+
+# ~110M parameters (bert-base's shape): an encoder whose sequences are at most 512 tokens.
+BERT_BASE = BertSize(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                     vocab_size=30522, max_position_embeddings=512)
+
+
 # ~223M parameters (t5-base's shape): an encoder and a decoder whose lengths change independently.
 T5_BASE = T5Size(d_model=768, d_kv=64, d_ff=3072, num_layers=12, num_decoder_layers=12, num_heads=12,
                  vocab_size=32128)
@@ -234,6 +251,11 @@ WORKLOADS = {w.name: w for w in (
     Workload("gpt-compile", "GPT ~148M compiled by torch.compile (Inductor, dynamic shapes), AdamW, bf16 "
              "autocast, new sequence length each step, 16k tokens", 80, 10, (), "tokens",
              {"size": GPT_BIG, **_TOKENS_16K}),
+    Workload("hf-bert-mlm-fp16", "transformers BERT ~110M (bert-base's shape) from a config, masked-language "
+             "modelling under fp16 autocast with a GradScaler and gradient clipping, each step's batch padded to "
+             "its longest sequence (attention mask), a new padded length each step, 16k tokens", 80, 10,
+             ("transformers",), "tokens",
+             {"size": BERT_BASE, "token_budget": 16384, "min_len": 32, "max_len": 512, "multiple": 8}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),

@@ -2,7 +2,8 @@
 a decoder-only transformer in plain torch (GPT; also with activation checkpointing and gradient
 accumulation, with its activations offloaded to host memory on a copy stream, and compiled by
 torch.compile with dynamic shapes), transformers' Llama (training, generation, and both in one
-reinforcement-learning loop), Mixtral and T5 built from configs, and timm's ViT-B/16 and
+reinforcement-learning loop), Mixtral, T5 and BERT (masked-language modelling in fp16 with a
+GradScaler) built from configs, and timm's ViT-B/16 and
 ResNet-50, all with random weights (no downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
 and shape schedules are in catalog.py.
@@ -356,6 +357,56 @@ class LlamaRolloutTraining(_Training):
         self.loss = loss.detach()
 
 
+def bert_model(size):
+    """transformers' BertForMaskedLM with random weights, from a config (no download), SDPA attention."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=size.vocab_size, hidden_size=size.hidden_size,
+                        intermediate_size=size.intermediate_size, num_hidden_layers=size.num_hidden_layers,
+                        num_attention_heads=size.num_attention_heads,
+                        max_position_embeddings=size.max_position_embeddings, attn_implementation="sdpa")
+    return BertForMaskedLM(config)
+
+
+class BertMaskedLMTraining(_Training):
+    """Masked-language modelling as BERT pre-training and fine-tuning scripts run it: fp16 autocast
+    with a GradScaler (the loss scaled, gradients unscaled and clipped, a step skipped on overflow),
+    batches padded to their longest sequence with an attention mask (each sequence's own length drawn
+    from half the padded length up), 15% of the real tokens masked and predicted. Unlike the other
+    loops: fp16 rather than bf16, the scaler's and the clipping's work on every gradient, and a
+    padding mask per step."""
+
+    mask_token = 103  # [MASK] in BERT's vocabulary
+
+    def __init__(self, size, shapes, seed):
+        super().__init__(bert_model(size), shapes)
+        self.vocab = size.vocab_size
+        self.seed = seed
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def step(self, i):
+        batch, length = self.shapes[i]
+        generator = torch.Generator().manual_seed(self.seed * 100003 + i)  # the same batch under every allocator
+        lengths = torch.randint(length // 2, length + 1, (batch,), generator=generator)
+        lengths[0] = length
+        positions = torch.arange(length)
+        attention_mask = (positions[None, :] < lengths[:, None]).long()
+        tokens = torch.randint(1000, self.vocab, (batch, length), generator=generator) * attention_mask
+        chosen = (torch.rand(batch, length, generator=generator) < 0.15) & attention_mask.bool()
+        labels = torch.where(chosen, tokens, torch.full_like(tokens, -100))
+        inputs = torch.where(chosen, torch.full_like(tokens, self.mask_token), tokens)
+        inputs, attention_mask, labels = (t.cuda(non_blocking=True) for t in (inputs, attention_mask, labels))
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = self.model(input_ids=inputs, attention_mask=attention_mask, labels=labels).loss
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss = loss.detach()
+
+
 class ViTTraining(_Training):
     def __init__(self, shapes):
         import timm
@@ -401,6 +452,8 @@ def build(spec, shapes, seed):
         return ResNetMultiscaleTraining(shapes)
     if spec.name == "hf-t5-train":
         return T5Training(size, shapes)
+    if spec.name == "hf-bert-mlm-fp16":
+        return BertMaskedLMTraining(size, shapes, seed)
     if spec.name == "gpt-ckpt-accum":
         return GPTCheckpointAccumulate(size, shapes)
     if spec.name == "hf-llama-ckpt-accum":
