@@ -33,6 +33,9 @@
 # gpt-vary:14.2 hf-llama-train:19.5", about 1.05x, 1.10x and 1.03x their peak in use: which of them
 # runs to the end there (a run that fails there is a finding: the step does not fail for it); sim's
 # `tidepool replay --capacity` predicts it, docs/RESULTS.md).
+# cupy-bench (~3 minutes: bench/gpu/cupy/cupy_bench.py, three CuPy programs that change shape as
+# they run, a regridding spectral solver, k-means and batched linear algebra, under CuPy's pool,
+# cudaMallocAsync and tidepool, each in its own process; CUPY_PROGRAMS picks some).
 # STEP_TIMEOUT (seconds, default none) stops any step that runs longer, so that a call with a time
 # limit of its own still gets every log back (python-gpu alone can outlast a 10-minute call).
 # PYTHON_GPU_TESTS (file names in python/tests/gpu, default all) splits python-gpu over calls, for a
@@ -97,4 +100,6 @@ step torch-call-cost bash -c "for a in default expandable tidepool async pluggab
 step capacity bash -c "for run in ${CAPACITY_RUNS:-gpt-vary:13.5 gpt-vary:14.2 hf-llama-train:19.5}; do \
   TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/train/train_bench.py' \
   --workloads \${run%%:*} --memory-cap-gib \${run##*:} --log-dir '$logs/capacity-'\${run/:/-}; done; true"
+step cupy-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
+  python3 "$root/bench/gpu/cupy/cupy_bench.py" --log-dir "$logs/cupy-bench" ${CUPY_PROGRAMS:+--programs "$CUPY_PROGRAMS"}
 exit $status

@@ -1,0 +1,251 @@
+"""CuPy programs under CuPy's own pool, cudaMallocAsync (CuPy's MemoryAsyncPool) and tidepool, each
+run in a process of its own: what a CuPy or RAPIDS user sees in a long-running program.
+
+    python3 bench/gpu/cupy/cupy_bench.py [--programs spectral-regrid,...] [--allocators cupy,async,tidepool]
+        [--steps N] [--repeats R] [--log-dir DIR] [--list]
+
+Per run: median and p90 step time after the warm-up, the first 10 steps, peak held by each
+allocator's own count (CuPy's pool: its total bytes, which only grow within a step, read after every
+step; the async pool: cudaMemPoolAttrReservedMemHigh; tidepool: peak_mapped_bytes), over the peak
+in use of the same program as tidepool counts it (its peak requested bytes: the program's own
+requests, the same under every allocator), NVML's peak for the process, and what each holds once
+its cache is handed back with the program's state live (CuPy's free_all_blocks, the async pool's
+trim, tidepool.release_cached_memory(), then tidepool.compact()). tidepool's run needs
+TIDEPOOL_LIBRARY (or an installed package). Each child gets a CuPy kernel cache of its own, so every
+allocator's first steps compile the same kernels.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+TRAIN = os.path.join(os.path.dirname(HERE), "train")
+for path in (HERE, TRAIN, os.path.join(REPO_ROOT, "python")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import cupy_catalog as catalog  # noqa: E402  (after the paths above)
+import report  # noqa: E402  (bench/gpu/train/report.py: step statistics, child runs)
+
+GiB = 1 << 30
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", default=",".join(catalog.PROGRAMS))
+    parser.add_argument("--allocators", default=",".join(catalog.ALLOCATORS))
+    parser.add_argument("--steps", type=int, help="steps per run (default: each program's own)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1, help="runs per program and allocator, rotated")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per child")
+    parser.add_argument("--log-dir", default="cupy-bench-logs")
+    parser.add_argument("--list", action="store_true", help="list the programs and exit")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.programs = catalog.parse_names(args.programs, catalog.PROGRAMS, "program")
+    args.allocators = catalog.parse_names(args.allocators, catalog.ALLOCATORS, "allocator")
+    if args.steps is not None and args.steps <= max(catalog.PROGRAMS[p].warmup for p in args.programs):
+        parser.error("--steps must leave steps after the warm-up")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+# --- the child: one program under one allocator ---
+
+def _route(cupy, allocator):
+    """Installs `allocator`; returns (what reads held bytes now, what reads peak held, tidepool or None)."""
+    if allocator == "cupy":
+        pool = cupy.get_default_memory_pool()
+        return pool.total_bytes, None, None
+    if allocator == "async":
+        pool = cupy.cuda.MemoryAsyncPool()
+        cupy.cuda.set_allocator(pool.malloc)
+        runtime = cupy.cuda.runtime
+        handle = runtime.deviceGetMemPool(cupy.cuda.Device().id)
+
+        def attribute(number):
+            return lambda: int(runtime.memPoolGetAttribute(handle, number))
+        # cudaMemPoolAttrReservedMemCurrent 5, ReservedMemHigh 6 (driver_types.h)
+        return attribute(5), attribute(6), None
+    import tidepool
+
+    tidepool.cupy.use()
+    device = cupy.cuda.Device().id
+    return (lambda: tidepool.stats(device).mapped_bytes), (lambda: tidepool.stats(device).peak_mapped_bytes), tidepool
+
+
+def _pci_bus_id(cupy):
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    return f"{props['pciDomainID']:08x}:{props['pciBusID']:02x}:{props['pciDeviceID']:02x}.0"
+
+
+def run_program(program, allocator, steps, seed):
+    import cupy
+
+    import nvml_peak
+    import programs
+
+    cupy.cuda.Device().synchronize()  # the context exists; nothing is allocated yet
+    held_now, held_peak, tidepool = _route(cupy, allocator)
+    result = {"device_name": cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode(),
+              "cupy": cupy.__version__}
+    monitor = None
+    try:
+        monitor = nvml_peak.NvmlPeak(_pci_bus_id(cupy))
+        monitor.start()
+    except Exception as e:  # no pynvml or no NVML: the allocator's own figures still count
+        result["nvml_error"] = f"{type(e).__name__}: {e}"
+        monitor = None
+    shapes = program.shapes(seed, steps)
+    held_after_step = []
+    try:
+        work = programs.build(program, shapes, seed)
+        device = cupy.cuda.Device()
+        seconds = []
+        for i in range(steps):
+            seconds.append(programs.timed_step(work, i, device))
+            held_after_step.append(held_now())
+    finally:
+        if monitor is not None:
+            monitor.stop()
+    result.update(report.step_statistics(seconds, program.warmup))
+    result["step_ms"] = [round(s * 1e3, 3) for s in seconds]
+    result["shapes_digest"] = catalog.shapes_digest(shapes)
+    result["held_after_step_bytes"] = held_after_step
+    result["peak_held_bytes"] = held_peak() if held_peak is not None else max(held_after_step)
+    result.update(work.info())
+    if monitor is not None:
+        result.update({"nvml_baseline_bytes": monitor.baseline, "nvml_peak_bytes": monitor.peak,
+                       "nvml_source": monitor.source, "nvml_samples": monitor.samples})
+    device_id = cupy.cuda.Device().id
+    if tidepool is not None:
+        s = tidepool.stats(device_id)
+        result.update({"peak_in_use_bytes": s.peak_in_use_bytes, "peak_requested_bytes": s.peak_requested_bytes,
+                       "driver_calls": s.driver_calls, "driver_ms": s.driver_microseconds / 1e3})
+    # The cache handed back with the program's state live (its fields, its last data set).
+    cupy.cuda.Device().synchronize()
+    if allocator == "cupy":
+        cupy.get_default_memory_pool().free_all_blocks()
+        result["live_at_release_bytes"] = cupy.get_default_memory_pool().used_bytes()
+    elif allocator == "async":
+        cupy.cuda.runtime.memPoolTrimTo(cupy.cuda.runtime.deviceGetMemPool(device_id), 0)
+        result["live_at_release_bytes"] = int(cupy.cuda.runtime.memPoolGetAttribute(
+            cupy.cuda.runtime.deviceGetMemPool(device_id), 7))  # cudaMemPoolAttrUsedMemCurrent
+    else:
+        tidepool.release_cached_memory()
+        result["live_at_release_bytes"] = tidepool.stats(device_id).in_use_bytes
+    result["held_after_release_bytes"] = held_now()
+    if tidepool is not None:
+        tidepool.compact(device_id)
+        result["held_after_compact_bytes"] = held_now()
+    del work
+    return result
+
+
+def worker(args):
+    program = catalog.PROGRAMS[args.programs[0]]
+    allocator = args.allocators[0]
+    steps = args.steps or program.steps
+    result = {"workload": program.name, "allocator": allocator, "seed": args.seed, "steps": steps,
+              "warmup": program.warmup}
+    try:
+        result.update(run_program(program, allocator, steps, args.seed))
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {e}"[:2000]
+    print(json.dumps(result), flush=True)
+    return 0 if "error" not in result else 1
+
+
+# --- the launcher ---
+
+def child_env(cache_dir):
+    env = dict(os.environ)
+    env["CUPY_CACHE_DIR"] = cache_dir  # every allocator compiles the same kernels
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_all(args):
+    os.makedirs(args.log_dir, exist_ok=True)
+    results = []
+    for program in args.programs:
+        for repeat in range(args.repeats):
+            for allocator in report.run_order(args.allocators, repeat):
+                cache_dir = tempfile.mkdtemp(prefix="tidepool-cupy-bench-kernels-")
+                log_path = os.path.join(args.log_dir, f"{program}.{allocator}.{repeat}.log")
+                command = [sys.executable, os.path.abspath(__file__), "--worker", "--programs", program,
+                           "--allocators", allocator, "--seed", str(args.seed)]
+                if args.steps:
+                    command += ["--steps", str(args.steps)]
+                try:
+                    result = report.run_child(command, child_env(cache_dir), log_path, args.timeout, program,
+                                              allocator)
+                finally:
+                    shutil.rmtree(cache_dir, ignore_errors=True)
+                result["repeat"] = repeat
+                results.append(result)
+                state = "ok" if "error" not in result else result["error"]
+                print(f"  {program} / {allocator} (run {repeat + 1}): {state}", flush=True)
+    return results
+
+
+def _gib(value):
+    return "-" if value is None else f"{value / GiB:.2f}"
+
+
+def table(results):
+    """One row per run: its step times against CuPy's pool in the same repeat, and its memory over
+    the program's peak in use (tidepool's count of its requests in that repeat)."""
+    lines = []
+    header = ("program", "allocator", "run", "median ms", "p90 ms", "first10 s", "peak held GiB", "held/use",
+              "NVML GiB", "after release GiB", "driver calls", "vs cupy", "paired")
+    lines.append("  ".join(header))
+    for r in results:
+        if "error" in r:
+            lines.append(f"{r['workload']}  {r['allocator']}  {r.get('repeat', 0) + 1}  FAILED: {r['error']}")
+            continue
+        same = [x for x in results if x["workload"] == r["workload"] and x.get("repeat") == r.get("repeat")
+                and "error" not in x]
+        cupy_run = next((x for x in same if x["allocator"] == "cupy"), None)
+        tide_run = next((x for x in same if x["allocator"] == "tidepool"), None)
+        in_use = tide_run["peak_requested_bytes"] if tide_run else None
+        ratio = f"{r['peak_held_bytes'] / in_use:.3f}" if in_use else "-"
+        nvml = r["nvml_peak_bytes"] - r["nvml_baseline_bytes"] if "nvml_peak_bytes" in r else None
+        after = _gib(r["held_after_release_bytes"])
+        if "held_after_compact_bytes" in r:
+            after += f" ({_gib(r['held_after_compact_bytes'])})"
+        vs = f"{r['median_step_ms'] / cupy_run['median_step_ms']:.3f}" if cupy_run else "-"
+        paired = report.paired_ratio(r, cupy_run) if cupy_run else None
+        lines.append("  ".join((r["workload"], r["allocator"], str(r.get("repeat", 0) + 1),
+                                f"{r['median_step_ms']:.1f}", f"{r['p90_step_ms']:.1f}", f"{r['first_steps_s']:.2f}",
+                                _gib(r["peak_held_bytes"]), ratio, _gib(nvml), after,
+                                str(r.get("driver_calls", "-")), vs, "-" if paired is None else f"{paired:.3f}")))
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.list:
+        for p in catalog.PROGRAMS.values():
+            print(f"{p.name}: {p.description} ({p.steps} steps, {p.warmup} warm-up)")
+        return 0
+    if args.worker:
+        return worker(args)
+    print(f"cupy_bench: {len(args.programs)} program(s) x {len(args.allocators)} allocator(s) x "
+          f"{args.repeats} run(s)", flush=True)
+    results = run_all(args)
+    with open(os.path.join(args.log_dir, "cupy-bench.jsonl"), "w") as out:
+        for r in results:
+            out.write(json.dumps(r) + "\n")
+    print(table(results))
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

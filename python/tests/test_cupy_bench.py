@@ -1,0 +1,80 @@
+"""The CuPy program benchmark's launcher side (bench/gpu/cupy), which runs without CuPy or a GPU:
+seeded schedules, name parsing, and the table built from result lines."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+CUPY_BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu", "cupy")
+sys.path.insert(0, os.path.abspath(CUPY_BENCH))
+
+import cupy_catalog as catalog  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(catalog.PROGRAMS))
+def test_schedules_are_seeded_and_change_shape(name):
+    program = catalog.PROGRAMS[name]
+    shapes = program.shapes(0, program.steps)
+    assert len(shapes) == program.steps
+    assert shapes == program.shapes(0, program.steps)  # the same program under every allocator
+    assert shapes != program.shapes(1, program.steps)
+    assert shapes[:10] == program.shapes(0, 10)  # more steps extend the same schedule
+    assert len(set(shapes)) >= 6  # the point: shapes that change while the program runs
+    assert all(all(isinstance(x, int) and x > 0 for x in s) for s in shapes)
+
+
+def test_regrid_keeps_a_grid_for_its_period_and_fits_the_budget():
+    program = catalog.PROGRAMS["spectral-regrid"]
+    p = program.params
+    shapes = program.shapes(3, 40)
+    for start in range(0, 40, p["every"]):
+        assert len(set(shapes[start:start + p["every"]])) == 1
+    for members, n in shapes:
+        assert n % p["multiple"] == 0 and p["min_n"] <= n <= p["max_n"]
+        assert members == max(1, p["point_budget"] // (n * n))
+
+
+def test_kmeans_and_linalg_fit_their_budgets():
+    kmeans = catalog.PROGRAMS["kmeans-vary"]
+    for points, dims, clusters in kmeans.shapes(0, 60):
+        assert points * clusters <= kmeans.params["distance_budget"] and points <= kmeans.params["max_points"]
+        assert dims in kmeans.params["dims"] and clusters in kmeans.params["clusters"]
+    linalg = catalog.PROGRAMS["linalg-batch"]
+    for batch, n in linalg.shapes(0, 60):
+        assert n % 64 == 0 and batch * n * n <= linalg.params["element_budget"]
+
+
+def test_names_are_checked():
+    assert catalog.parse_names("kmeans-vary, linalg-batch,kmeans-vary", catalog.PROGRAMS, "program") == \
+        ["kmeans-vary", "linalg-batch"]
+    with pytest.raises(ValueError, match="unknown program"):
+        catalog.parse_names("kmeans", catalog.PROGRAMS, "program")
+
+
+def test_the_launcher_lists_programs_without_cupy():
+    out = subprocess.run([sys.executable, os.path.join(CUPY_BENCH, "cupy_bench.py"), "--list"],
+                         capture_output=True, text=True, check=True)
+    assert [line.split(":")[0] for line in out.stdout.splitlines()] == list(catalog.PROGRAMS)
+    probe = ("import sys; sys.argv=['x']; sys.path.insert(0, sys.argv[0]); "
+             f"sys.path.insert(0, {os.path.abspath(CUPY_BENCH)!r}); import cupy_bench; "
+             "print('cupy' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
+def test_table_compares_each_run_with_cupys_pool_of_the_same_repeat():
+    import cupy_bench
+
+    base = {"workload": "kmeans-vary", "repeat": 0, "warmup": 1, "shapes_digest": "d", "p90_step_ms": 1.0,
+            "first_steps_s": 0.1, "held_after_release_bytes": 1 << 30}
+    runs = [dict(base, allocator="cupy", median_step_ms=10.0, step_ms=[5, 10, 10, 10], peak_held_bytes=3 << 30),
+            dict(base, allocator="tidepool", median_step_ms=12.0, step_ms=[5, 12, 12, 12], peak_held_bytes=2 << 30,
+                 peak_requested_bytes=2 << 30, driver_calls=7, held_after_compact_bytes=1 << 29),
+            {"workload": "kmeans-vary", "allocator": "async", "repeat": 0, "error": "boom"}]
+    text = cupy_bench.table(runs)
+    rows = {line.split()[1]: line.split() for line in text.splitlines()[1:]}
+    assert rows["cupy"][7] == "1.500" and rows["tidepool"][7] == "1.000"  # held over tidepool's peak requested
+    assert rows["tidepool"][-2:] == ["1.200", "1.200"]  # median and paired against CuPy's pool
+    assert "FAILED: boom" in text
