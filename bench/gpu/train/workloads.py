@@ -358,14 +358,17 @@ class LlamaRolloutTraining(_Training):
 
 
 def bert_model(size):
-    """transformers' BertForMaskedLM with random weights, from a config (no download), SDPA attention."""
+    """transformers' BertForMaskedLM with random weights, from a config (no download), SDPA attention
+    where this transformers' BERT has it."""
     from transformers import BertConfig, BertForMaskedLM
 
-    config = BertConfig(vocab_size=size.vocab_size, hidden_size=size.hidden_size,
-                        intermediate_size=size.intermediate_size, num_hidden_layers=size.num_hidden_layers,
-                        num_attention_heads=size.num_attention_heads,
-                        max_position_embeddings=size.max_position_embeddings, attn_implementation="sdpa")
-    return BertForMaskedLM(config)
+    fields = dict(vocab_size=size.vocab_size, hidden_size=size.hidden_size,
+                  intermediate_size=size.intermediate_size, num_hidden_layers=size.num_hidden_layers,
+                  num_attention_heads=size.num_attention_heads, max_position_embeddings=size.max_position_embeddings)
+    try:
+        return BertForMaskedLM(BertConfig(**fields, attn_implementation="sdpa"))
+    except (ValueError, ImportError):  # a transformers whose BERT has no SDPA path: its own attention
+        return BertForMaskedLM(BertConfig(**fields, attn_implementation="eager"))
 
 
 class BertMaskedLMTraining(_Training):
