@@ -47,10 +47,14 @@ def test_kmeans_and_linalg_fit_their_budgets():
 
 
 def test_names_are_checked():
-    assert catalog.parse_names("kmeans-vary, linalg-batch,kmeans-vary", catalog.PROGRAMS, "program") == \
-        ["kmeans-vary", "linalg-batch"]
+    import cupy_bench
+
+    args = cupy_bench.parse_args(["--programs", "kmeans-vary, linalg-batch,kmeans-vary", "--allocators", "tidepool"])
+    assert args.programs == ["kmeans-vary", "linalg-batch"] and args.allocators == ["tidepool"]
     with pytest.raises(ValueError, match="unknown program"):
-        catalog.parse_names("kmeans", catalog.PROGRAMS, "program")
+        cupy_bench.parse_args(["--programs", "kmeans"])
+    with pytest.raises(SystemExit):
+        cupy_bench.parse_args(["--steps", "3"])  # no step left after the warm-up
 
 
 def test_the_launcher_lists_programs_without_cupy():

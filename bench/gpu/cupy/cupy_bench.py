@@ -31,6 +31,7 @@ for path in (HERE, TRAIN, os.path.join(REPO_ROOT, "python")):
 
 import cupy_catalog as catalog  # noqa: E402  (after the paths above)
 import report  # noqa: E402  (bench/gpu/train/report.py: step statistics, child runs)
+from catalog import parse_names  # noqa: E402  (bench/gpu/train/catalog.py)
 
 GiB = 1 << 30
 
@@ -47,8 +48,8 @@ def parse_args(argv):
     parser.add_argument("--list", action="store_true", help="list the programs and exit")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.programs = catalog.parse_names(args.programs, catalog.PROGRAMS, "program")
-    args.allocators = catalog.parse_names(args.allocators, catalog.ALLOCATORS, "allocator")
+    args.programs = parse_names(args.programs, catalog.PROGRAMS, "program")
+    args.allocators = parse_names(args.allocators, catalog.ALLOCATORS, "allocator")
     if args.steps is not None and args.steps <= max(catalog.PROGRAMS[p].warmup for p in args.programs):
         parser.error("--steps must leave steps after the warm-up")
     if args.repeats < 1:

@@ -1,5 +1,6 @@
 """What the CuPy program benchmark runs, without CuPy: the programs (their seeded per-step shapes)
 and the allocators, importable by the launcher and by the tests (python/tests/test_cupy_bench.py).
+Named apart from bench/gpu/train/catalog.py, whose parse_names the launcher uses too.
 
 Shapes come from Python's own seeded RNG, so every allocator sees the same program.
 """
@@ -78,17 +79,3 @@ PROGRAMS = {p.name: p for p in (
             {"element_budget": 1 << 26, "min_n": 64, "max_n": 2048, "multiple": 64}),
 )}
 
-
-def parse_names(text, known, what):
-    """A comma-separated list of names, each one of `known` (order kept, repeats dropped)."""
-    names = []
-    for name in (n.strip() for n in text.split(",")):
-        if not name:
-            continue
-        if name not in known:
-            raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
-        if name not in names:
-            names.append(name)
-    if not names:
-        raise ValueError(f"no {what} given")
-    return names
