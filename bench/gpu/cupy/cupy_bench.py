@@ -94,8 +94,8 @@ def run_program(program, allocator, steps, seed):
 
     cupy.cuda.Device().synchronize()  # the context exists; nothing is allocated yet
     held_now, held_peak, tidepool = _route(cupy, allocator)
-    result = {"device_name": cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"].decode(),
-              "cupy": cupy.__version__}
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    result = {"device_name": name.decode() if isinstance(name, bytes) else str(name), "cupy": cupy.__version__}
     monitor = None
     try:
         monitor = nvml_peak.NvmlPeak(_pci_bus_id(cupy))
