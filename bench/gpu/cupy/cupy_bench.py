@@ -59,30 +59,38 @@ def parse_args(argv):
 
 # --- the child: one program under one allocator ---
 
-def _route(cupy, allocator):
-    """Installs `allocator`; returns (what reads held bytes now, what reads peak held, tidepool or None)."""
+class _Routed:
+    """An installed allocator's readings: held bytes now, peak held (None: the largest reading after
+    a step, for CuPy's pool, which only grows within a step), live bytes now, and how its cache is
+    handed back (`release`); `tidepool` is the package where the allocator is tidepool."""
+
+    def __init__(self, held, peak, live, release, tidepool=None):
+        self.held, self.peak, self.live, self.release, self.tidepool = held, peak, live, release, tidepool
+
+
+def _route(cupy, allocator, device_id):
+    """Installs `allocator` for CuPy on `device_id`; returns its _Routed readings."""
     if allocator == "cupy":
         pool = cupy.get_default_memory_pool()
-        return pool.total_bytes, None, None
+        return _Routed(pool.total_bytes, None, pool.used_bytes, pool.free_all_blocks)
     if allocator == "async":
-        pool = cupy.cuda.MemoryAsyncPool()
-        cupy.cuda.set_allocator(pool.malloc)
+        cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)
         runtime = cupy.cuda.runtime
-        handle = runtime.deviceGetMemPool(cupy.cuda.Device().id)
+        handle = runtime.deviceGetMemPool(device_id)
 
         def attribute(number):
             return lambda: int(runtime.memPoolGetAttribute(handle, number))
-        # cudaMemPoolAttrReservedMemCurrent 5, ReservedMemHigh 6 (driver_types.h)
-        return attribute(5), attribute(6), None
+        # cudaMemPoolAttrReservedMemCurrent 5, ReservedMemHigh 6, UsedMemCurrent 7 (driver_types.h)
+        return _Routed(attribute(5), attribute(6), attribute(7), lambda: runtime.memPoolTrimTo(handle, 0))
     import tidepool
 
     tidepool.cupy.use()
-    device = cupy.cuda.Device().id
-    return (lambda: tidepool.stats(device).mapped_bytes), (lambda: tidepool.stats(device).peak_mapped_bytes), tidepool
+    return _Routed(lambda: tidepool.stats(device_id).mapped_bytes, lambda: tidepool.stats(device_id).peak_mapped_bytes,
+                   lambda: tidepool.stats(device_id).in_use_bytes, tidepool.release_cached_memory, tidepool)
 
 
-def _pci_bus_id(cupy):
-    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+def _pci_bus_id(cupy, device_id):
+    props = cupy.cuda.runtime.getDeviceProperties(device_id)
     return f"{props['pciDomainID']:08x}:{props['pciBusID']:02x}:{props['pciDeviceID']:02x}.0"
 
 
@@ -92,13 +100,15 @@ def run_program(program, allocator, steps, seed):
     import nvml_peak
     import programs
 
-    cupy.cuda.Device().synchronize()  # the context exists; nothing is allocated yet
-    held_now, held_peak, tidepool = _route(cupy, allocator)
-    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    device = cupy.cuda.Device()
+    device.synchronize()  # the context exists; nothing is allocated yet
+    routed = _route(cupy, allocator, device.id)
+    tidepool = routed.tidepool
+    name = cupy.cuda.runtime.getDeviceProperties(device.id)["name"]
     result = {"device_name": name.decode() if isinstance(name, bytes) else str(name), "cupy": cupy.__version__}
     monitor = None
     try:
-        monitor = nvml_peak.NvmlPeak(_pci_bus_id(cupy))
+        monitor = nvml_peak.NvmlPeak(_pci_bus_id(cupy, device.id))
         monitor.start()
     except Exception as e:  # no pynvml or no NVML: the allocator's own figures still count
         result["nvml_error"] = f"{type(e).__name__}: {e}"
@@ -107,11 +117,10 @@ def run_program(program, allocator, steps, seed):
     held_after_step = []
     try:
         work = programs.build(program, shapes, seed)
-        device = cupy.cuda.Device()
         seconds = []
         for i in range(steps):
             seconds.append(programs.timed_step(work, i, device))
-            held_after_step.append(held_now())
+            held_after_step.append(routed.held())
     finally:
         if monitor is not None:
             monitor.stop()
@@ -119,32 +128,23 @@ def run_program(program, allocator, steps, seed):
     result["step_ms"] = [round(s * 1e3, 3) for s in seconds]
     result["shapes_digest"] = catalog.shapes_digest(shapes)
     result["held_after_step_bytes"] = held_after_step
-    result["peak_held_bytes"] = held_peak() if held_peak is not None else max(held_after_step)
+    result["peak_held_bytes"] = routed.peak() if routed.peak is not None else max(held_after_step)
     result.update(work.info())
     if monitor is not None:
         result.update({"nvml_baseline_bytes": monitor.baseline, "nvml_peak_bytes": monitor.peak,
                        "nvml_source": monitor.source, "nvml_samples": monitor.samples})
-    device_id = cupy.cuda.Device().id
     if tidepool is not None:
-        s = tidepool.stats(device_id)
+        s = tidepool.stats(device.id)
         result.update({"peak_in_use_bytes": s.peak_in_use_bytes, "peak_requested_bytes": s.peak_requested_bytes,
                        "driver_calls": s.driver_calls, "driver_ms": s.driver_microseconds / 1e3})
     # The cache handed back with the program's state live (its fields, its last data set).
-    cupy.cuda.Device().synchronize()
-    if allocator == "cupy":
-        cupy.get_default_memory_pool().free_all_blocks()
-        result["live_at_release_bytes"] = cupy.get_default_memory_pool().used_bytes()
-    elif allocator == "async":
-        cupy.cuda.runtime.memPoolTrimTo(cupy.cuda.runtime.deviceGetMemPool(device_id), 0)
-        result["live_at_release_bytes"] = int(cupy.cuda.runtime.memPoolGetAttribute(
-            cupy.cuda.runtime.deviceGetMemPool(device_id), 7))  # cudaMemPoolAttrUsedMemCurrent
-    else:
-        tidepool.release_cached_memory()
-        result["live_at_release_bytes"] = tidepool.stats(device_id).in_use_bytes
-    result["held_after_release_bytes"] = held_now()
+    device.synchronize()
+    routed.release()
+    result["live_at_release_bytes"] = routed.live()
+    result["held_after_release_bytes"] = routed.held()
     if tidepool is not None:
-        tidepool.compact(device_id)
-        result["held_after_compact_bytes"] = held_now()
+        tidepool.compact(device.id)
+        result["held_after_compact_bytes"] = routed.held()
     del work
     return result
 

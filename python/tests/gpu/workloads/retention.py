@@ -4,9 +4,10 @@ framework array, every free drops it. Prints peak held / peak live and what is h
 inputs close and release_cached_memory() runs, and under tidepool after compact() too ("held" is
 NVML's figure for this process minus what it held before the workload), and the time the
 workload's allocations and frees took (the load and merge of DESIGN 1.1: issue 15 asks for at most
-1.5x the framework's own pool), NVML's sampling left out of it. Under tidepool the allocating time is split by whether the allocation made driver calls
-(the pool's stats before and after each, read outside the timed part), beside the pool's own count
-and time of driver calls, to tell the driver's share from the per-call path's.
+1.5x the framework's own pool), NVML's sampling left out of it. Under tidepool the allocating time
+is split by whether the allocation made driver calls (the pool's stats before and after each, read
+outside the timed part), beside the pool's own count and time of driver calls, to tell the
+driver's share from the per-call path's.
 Arguments: torch|cupy, then tidepool|default."""
 
 import csv
