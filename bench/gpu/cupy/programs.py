@@ -9,6 +9,7 @@ times one step to a device synchronize.
 import time
 
 import cupy
+import cupyx
 
 F32, C64 = cupy.float32, cupy.complex64
 
@@ -101,8 +102,6 @@ class KMeans:
         self.inertia = None
 
     def step(self, i):
-        import cupyx
-
         points, dims, clusters = self.shapes[i]
         x = self.rng.standard_normal((points, dims), dtype=F32)
         centroids = x[self.rng.randint(0, points, clusters)]
