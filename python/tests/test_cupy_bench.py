@@ -82,3 +82,30 @@ def test_table_compares_each_run_with_cupys_pool_of_the_same_repeat():
     assert rows["cupy"][7] == "1.500" and rows["tidepool"][7] == "1.000"  # held over tidepool's peak requested
     assert rows["tidepool"][-2:] == ["1.200", "1.200"]  # median and paired against CuPy's pool
     assert "FAILED: boom" in text
+
+
+def test_a_memory_cap_and_tidepool_options_reach_the_children():
+    import cupy_bench
+
+    args = cupy_bench.parse_args(["--programs", "spectral-regrid", "--memory-cap-gib", "5.32",
+                                  "--tidepool-option", "compact_on_out_of_memory=true"])
+    assert cupy_bench.memory_cap_bytes(args) == int(5.32 * (1 << 30))
+    assert args.tidepool_options == {"compact_on_out_of_memory": True}
+    tide = cupy_bench.worker_command(args, "spectral-regrid", "tidepool")
+    cupy = cupy_bench.worker_command(args, "spectral-regrid", "cupy")
+    assert tide[tide.index("--memory-cap-gib") + 1] == "5.32" and "--memory-cap-gib" in cupy
+    assert tide[tide.index("--tidepool-option") + 1] == "compact_on_out_of_memory=true"
+    assert "--tidepool-option" not in cupy  # the options are tidepool's alone
+    worker_args = cupy_bench.parse_args(tide[tide.index("--worker"):])
+    assert worker_args.worker and worker_args.tidepool_options == args.tidepool_options
+    assert cupy_bench.memory_cap_bytes(cupy_bench.parse_args([])) is None
+
+
+@pytest.mark.parametrize("bad", [["--memory-cap-gib", "0"], ["--memory-cap-gib", "-1"],
+                                 ["--tidepool-option", "compact_on_out_of_memory"],
+                                 ["--tidepool-option", "growth_slack=fast"]])
+def test_a_bad_cap_or_option_is_refused(bad):
+    import cupy_bench
+
+    with pytest.raises(SystemExit):
+        cupy_bench.parse_args(bad)

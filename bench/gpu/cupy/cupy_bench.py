@@ -2,7 +2,7 @@
 run in a process of its own: what a CuPy or RAPIDS user sees in a long-running program.
 
     python3 bench/gpu/cupy/cupy_bench.py [--programs spectral-regrid,...] [--allocators cupy,async,tidepool]
-        [--steps N] [--repeats R] [--log-dir DIR] [--list]
+        [--steps N] [--repeats R] [--memory-cap-gib G] [--tidepool-option NAME=VALUE ...] [--log-dir DIR] [--list]
 
 Per run: median and p90 step time after the warm-up, the first 10 steps, peak held by each
 allocator's own count (CuPy's pool: its total bytes, which only grow within a step, read after every
@@ -13,6 +13,12 @@ its cache is handed back with the program's state live (CuPy's free_all_blocks, 
 trim, tidepool.release_cached_memory(), then tidepool.compact()). tidepool's run needs
 TIDEPOOL_LIBRARY (or an installed package). Each child gets a CuPy kernel cache of its own, so every
 allocator's first steps compile the same kernels.
+
+`--memory-cap-gib G` runs every allocator as on a GPU of G GiB: CuPy's pool and the async pool under
+their `set_limit(size=...)`, tidepool under `tidepool.set_byte_cap` (what `tidepool replay
+--capacity` simulates); a run that fails there is reported with the step it failed in, a finding,
+not a fault of the benchmark. `--tidepool-option NAME=VALUE` sets a pool option for the tidepool
+runs (tidepool.set_pool_options), e.g. compact_on_out_of_memory=true.
 """
 
 import argparse
@@ -32,6 +38,7 @@ for path in (HERE, TRAIN, os.path.join(REPO_ROOT, "python")):
 import cupy_catalog as catalog  # noqa: E402  (after the paths above)
 import report  # noqa: E402  (bench/gpu/train/report.py: step statistics, child runs)
 from catalog import parse_names  # noqa: E402  (bench/gpu/train/catalog.py)
+from train_bench import parse_option  # noqa: E402  (its --tidepool-option's NAME=VALUE)
 
 GiB = 1 << 30
 
@@ -44,6 +51,10 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1, help="runs per program and allocator, rotated")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per child")
+    parser.add_argument("--memory-cap-gib", type=float, metavar="GIB",
+                        help="every allocator as on a GPU of this many GiB (a run that fails there is reported)")
+    parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a pool option for the tidepool runs (tidepool.set_pool_options; repeatable)")
     parser.add_argument("--log-dir", default="cupy-bench-logs")
     parser.add_argument("--list", action="store_true", help="list the programs and exit")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -54,7 +65,18 @@ def parse_args(argv):
         parser.error("--steps must leave steps after the warm-up")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.memory_cap_gib is not None and not args.memory_cap_gib > 0:
+        parser.error("--memory-cap-gib must be positive")
+    try:
+        args.tidepool_options = dict(parse_option(o) for o in args.tidepool_option)
+    except ValueError as e:
+        parser.error(str(e))
     return args
+
+
+def memory_cap_bytes(args):
+    """--memory-cap-gib in bytes (None: no cap)."""
+    return None if args.memory_cap_gib is None else int(args.memory_cap_gib * GiB)
 
 
 # --- the child: one program under one allocator ---
@@ -68,13 +90,19 @@ class _Routed:
         self.held, self.peak, self.live, self.release, self.tidepool = held, peak, live, release, tidepool
 
 
-def _route(cupy, allocator, device_id):
-    """Installs `allocator` for CuPy on `device_id`; returns its _Routed readings."""
+def _route(cupy, allocator, device_id, cap=None, tidepool_options=None):
+    """Installs `allocator` for CuPy on `device_id`, under `cap` bytes where given, with
+    `tidepool_options` for tidepool; returns its _Routed readings."""
     if allocator == "cupy":
         pool = cupy.get_default_memory_pool()
+        if cap is not None:
+            pool.set_limit(size=cap)
         return _Routed(pool.total_bytes, None, pool.used_bytes, pool.free_all_blocks)
     if allocator == "async":
-        cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)
+        async_pool = cupy.cuda.MemoryAsyncPool()
+        if cap is not None:
+            async_pool.set_limit(size=cap)
+        cupy.cuda.set_allocator(async_pool.malloc)
         runtime = cupy.cuda.runtime
         handle = runtime.deviceGetMemPool(device_id)
 
@@ -84,6 +112,10 @@ def _route(cupy, allocator, device_id):
         return _Routed(attribute(5), attribute(6), attribute(7), lambda: runtime.memPoolTrimTo(handle, 0))
     import tidepool
 
+    if tidepool_options:
+        tidepool.set_pool_options(**tidepool_options)
+    if cap is not None:
+        tidepool.set_byte_cap(cap, device_id)
     tidepool.cupy.use()
     return _Routed(lambda: tidepool.stats(device_id).mapped_bytes, lambda: tidepool.stats(device_id).peak_mapped_bytes,
                    lambda: tidepool.stats(device_id).in_use_bytes, tidepool.release_cached_memory, tidepool)
@@ -94,7 +126,7 @@ def _pci_bus_id(cupy, device_id):
     return f"{props['pciDomainID']:08x}:{props['pciBusID']:02x}:{props['pciDeviceID']:02x}.0"
 
 
-def run_program(program, allocator, steps, seed):
+def run_program(program, allocator, steps, seed, cap=None, tidepool_options=None):
     import cupy
 
     import nvml_peak
@@ -102,7 +134,7 @@ def run_program(program, allocator, steps, seed):
 
     device = cupy.cuda.Device()
     device.synchronize()  # the context exists; nothing is allocated yet
-    routed = _route(cupy, allocator, device.id)
+    routed = _route(cupy, allocator, device.id, cap, tidepool_options)
     tidepool = routed.tidepool
     name = cupy.cuda.runtime.getDeviceProperties(device.id)["name"]
     result = {"device_name": name.decode() if isinstance(name, bytes) else str(name), "cupy": cupy.__version__}
@@ -119,7 +151,10 @@ def run_program(program, allocator, steps, seed):
         work = programs.build(program, shapes, seed)
         seconds = []
         for i in range(steps):
-            seconds.append(programs.timed_step(work, i, device))
+            try:
+                seconds.append(programs.timed_step(work, i, device))
+            except Exception as e:  # under a cap, the step a run fails in is the finding
+                raise RuntimeError(f"step {i + 1} of {steps}: {type(e).__name__}: {e}") from e
             held_after_step.append(routed.held())
     finally:
         if monitor is not None:
@@ -153,10 +188,15 @@ def worker(args):
     program = catalog.PROGRAMS[args.programs[0]]
     allocator = args.allocators[0]
     steps = args.steps or program.steps
+    cap = memory_cap_bytes(args)
     result = {"workload": program.name, "allocator": allocator, "seed": args.seed, "steps": steps,
               "warmup": program.warmup}
+    if cap is not None:
+        result["memory_cap_bytes"] = cap
+    if allocator == "tidepool" and args.tidepool_options:
+        result["tidepool_options"] = args.tidepool_options
     try:
-        result.update(run_program(program, allocator, steps, args.seed))
+        result.update(run_program(program, allocator, steps, args.seed, cap, args.tidepool_options))
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {e}"[:2000]
     print(json.dumps(result), flush=True)
@@ -172,6 +212,20 @@ def child_env(cache_dir):
     return env
 
 
+def worker_command(args, program, allocator):
+    """The child's command line: one program under one allocator, with the launcher's settings."""
+    command = [sys.executable, os.path.abspath(__file__), "--worker", "--programs", program,
+               "--allocators", allocator, "--seed", str(args.seed)]
+    if args.steps:
+        command += ["--steps", str(args.steps)]
+    if args.memory_cap_gib is not None:
+        command += ["--memory-cap-gib", repr(args.memory_cap_gib)]
+    if allocator == "tidepool":
+        for option in args.tidepool_option:
+            command += ["--tidepool-option", option]
+    return command
+
+
 def run_all(args):
     os.makedirs(args.log_dir, exist_ok=True)
     results = []
@@ -180,10 +234,7 @@ def run_all(args):
             for allocator in report.run_order(args.allocators, repeat):
                 cache_dir = tempfile.mkdtemp(prefix="tidepool-cupy-bench-kernels-")
                 log_path = os.path.join(args.log_dir, f"{program}.{allocator}.{repeat}.log")
-                command = [sys.executable, os.path.abspath(__file__), "--worker", "--programs", program,
-                           "--allocators", allocator, "--seed", str(args.seed)]
-                if args.steps:
-                    command += ["--steps", str(args.steps)]
+                command = worker_command(args, program, allocator)
                 try:
                     result = report.run_child(command, child_env(cache_dir), log_path, args.timeout, program,
                                               allocator)
@@ -238,8 +289,10 @@ def main(argv=None):
         return 0
     if args.worker:
         return worker(args)
+    cap = "" if args.memory_cap_gib is None else f", as on a GPU of {args.memory_cap_gib:g} GiB"
+    options = "" if not args.tidepool_options else f", tidepool options {args.tidepool_options}"
     print(f"cupy_bench: {len(args.programs)} program(s) x {len(args.allocators)} allocator(s) x "
-          f"{args.repeats} run(s)", flush=True)
+          f"{args.repeats} run(s){cap}{options}", flush=True)
     results = run_all(args)
     with open(os.path.join(args.log_dir, "cupy-bench.jsonl"), "w") as out:
         for r in results:
