@@ -154,7 +154,9 @@ def run_program(program, allocator, steps, seed, cap=None, tidepool_options=None
             try:
                 seconds.append(programs.timed_step(work, i, device))
             except Exception as e:  # under a cap, the step a run fails in is the finding
-                raise RuntimeError(f"step {i + 1} of {steps}: {type(e).__name__}: {e}") from e
+                # tidepool's own account of a refused request travels as the cause of CuPy's error
+                cause = f" (from {type(e.__cause__).__name__}: {e.__cause__})" if e.__cause__ is not None else ""
+                raise RuntimeError(f"step {i + 1} of {steps}: {type(e).__name__}: {e}{cause}") from e
             held_after_step.append(routed.held())
     finally:
         if monitor is not None:
