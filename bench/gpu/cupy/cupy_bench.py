@@ -14,10 +14,11 @@ trim, tidepool.release_cached_memory(), then tidepool.compact()). tidepool's run
 TIDEPOOL_LIBRARY (or an installed package). Each child gets a CuPy kernel cache of its own, so every
 allocator's first steps compile the same kernels.
 
-`--memory-cap-gib G` runs every allocator as on a GPU of G GiB: CuPy's pool and the async pool under
-their `set_limit(size=...)`, tidepool under `tidepool.set_byte_cap` (what `tidepool replay
---capacity` simulates); a run that fails there is reported with the step it failed in, a finding,
-not a fault of the benchmark. `--tidepool-option NAME=VALUE` sets a pool option for the tidepool
+`--memory-cap-gib G` runs every allocator as on a GPU of G GiB: CuPy's pool under its
+`set_limit(size=...)`, tidepool under `tidepool.set_byte_cap` (what `tidepool replay --capacity`
+simulates), the async pool under its `set_limit` too, which bounds what it hands out, not what it
+reserves (on an H100 it reserved 5.78 GiB under 5.32: its rows are not a smaller GPU's); a run that
+fails there is reported with the step it failed in, a finding, not a fault of the benchmark. `--tidepool-option NAME=VALUE` sets a pool option for the tidepool
 runs (tidepool.set_pool_options), e.g. compact_on_out_of_memory=true.
 """
 
