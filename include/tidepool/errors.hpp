@@ -47,6 +47,10 @@ struct out_of_memory_report {
   std::size_t driver_free_bytes = 0;  ///< free on the device as the driver reports it
   std::size_t largest_possible_bytes = 0;  ///< largest allocation that could still succeed
   std::size_t byte_cap = 0;           ///< the pool's cap (SIZE_MAX when none)
+  /// Of cached_bytes, what lies free in handles that live allocations also touch: the driver frees
+  /// a handle only whole, so only moving those allocations' bytes hands it back (pool::compact(),
+  /// or pool_options::compact_on_out_of_memory on this path).
+  std::size_t compactable_bytes = 0;
 };
 
 /// Thrown when an allocation cannot be satisfied after the whole out-of-memory path (release own

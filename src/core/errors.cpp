@@ -32,6 +32,14 @@ out_of_memory::out_of_memory(const out_of_memory_report& report) : report_(repor
   if (report.byte_cap != std::numeric_limits<std::size_t>::max()) {
     message_ += fmt::format("; byte cap {}", bytes_text(report.byte_cap));
   }
+  if (report.compactable_bytes != 0) {
+    // Why a request can fail with more than it asks for cached: free memory the pool cannot hand
+    // back without moving live bytes, and what would.
+    message_ += fmt::format(
+        "; {} of the cached memory lies free in handles that live allocations also touch, which only "
+        "moving their bytes hands back (pool::compact(), or pool_options::compact_on_out_of_memory here)",
+        bytes_text(report.compactable_bytes));
+  }
 }
 
 }  // namespace tidepool

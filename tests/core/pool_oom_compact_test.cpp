@@ -2,12 +2,14 @@
 // allocations made on other threads while a compaction runs: a request that only the granules live
 // blocks leave untouched could serve is served, every live byte where it was; a request that even
 // that could not serve fails as before with nothing moved, as does the first one with the option
-// off (the default); another thread's allocation waits for the compaction and is then served.
+// off (the default), whose error names what compaction would have handed back; another thread's
+// allocation waits for the compaction and is then served.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -85,6 +87,7 @@ TEST(PoolOutOfMemoryCompaction, ARequestEvenCompactionCannotServeFailsWithNothin
     FAIL() << "expected out_of_memory";
   } catch (const out_of_memory& e) {
     EXPECT_EQ(e.report().requested_bytes, request);
+    EXPECT_EQ(e.report().compactable_bytes, l.held - l.touched);  // too little: nothing moved
   }
   EXPECT_EQ(handle_sizes(p), handles) << "a compaction that could not serve the request must not run";
   EXPECT_EQ(sim->physical_bytes(0), l.held);
@@ -99,7 +102,14 @@ TEST(PoolOutOfMemoryCompaction, OffByDefaultTheSameRequestFailsWithNothingMoved)
   pool_checker checker(*sim, p);
   const released_layout l = pin_and_release(p, checker, *sim, 7);
   const std::multiset<std::size_t> handles = handle_sizes(p);
-  EXPECT_THROW((void)p.allocate(device_bytes - l.touched - granule), out_of_memory);
+  try {
+    (void)p.allocate(device_bytes - l.touched - granule);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    // The error says why: what the handles live blocks pin hold free, and what would hand it back.
+    EXPECT_EQ(e.report().compactable_bytes, l.held - l.touched);
+    EXPECT_NE(std::string(e.what()).find("compact_on_out_of_memory"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(handle_sizes(p), handles);
   EXPECT_EQ(sim->physical_bytes(0), l.held);
   checker.check_patterns();
