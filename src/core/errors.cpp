@@ -37,7 +37,7 @@ out_of_memory::out_of_memory(const out_of_memory_report& report) : report_(repor
     // back without moving live bytes, and what would.
     message_ += fmt::format(
         "; {} of the cached memory lies free in handles that live allocations also touch, which only "
-        "moving their bytes hands back (pool::compact(), or pool_options::compact_on_out_of_memory here)",
+        "moving their bytes hands back (compact(), or the pool option compact_on_out_of_memory here)",
         bytes_text(report.compactable_bytes));
   }
 }
