@@ -35,7 +35,11 @@
 # `tidepool replay --capacity` predicts it, docs/RESULTS.md).
 # cupy-bench (~3 minutes: bench/gpu/cupy/cupy_bench.py, three CuPy programs that change shape as
 # they run, a regridding spectral solver, k-means and batched linear algebra, under CuPy's pool,
-# cudaMallocAsync and tidepool, each in its own process; CUPY_PROGRAMS picks some).
+# cudaMallocAsync and tidepool, each in its own process; CUPY_PROGRAMS picks some) and
+# cupy-capacity (~1 minute: cupy_bench.py --memory-cap-gib, each PROGRAM:GiB of CUPY_CAPACITY_RUNS,
+# default "spectral-regrid:5.32 spectral-regrid:5.57", 1.05x and 1.10x the solver's peak in use,
+# under the three allocators, then tidepool again with compact_on_out_of_memory; a run that fails
+# there is a finding, as in capacity).
 # STEP_TIMEOUT (seconds, default none) stops any step that runs longer, so that a call with a time
 # limit of its own still gets every log back (python-gpu alone can outlast a 10-minute call).
 # PYTHON_GPU_TESTS (file names in python/tests/gpu, default all) splits python-gpu over calls, for a
@@ -102,4 +106,9 @@ step capacity bash -c "for run in ${CAPACITY_RUNS:-gpt-vary:13.5 gpt-vary:14.2 h
   --workloads \${run%%:*} --memory-cap-gib \${run##*:} --log-dir '$logs/capacity-'\${run/:/-}; done; true"
 step cupy-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \
   python3 "$root/bench/gpu/cupy/cupy_bench.py" --log-dir "$logs/cupy-bench" ${CUPY_PROGRAMS:+--programs "$CUPY_PROGRAMS"}
+step cupy-capacity bash -c "for run in ${CUPY_CAPACITY_RUNS:-spectral-regrid:5.32 spectral-regrid:5.57}; do \
+  for option in '' '--allocators tidepool --tidepool-option compact_on_out_of_memory=true'; do \
+  TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/cupy/cupy_bench.py' \
+  --programs \${run%%:*} --memory-cap-gib \${run##*:} \$option --log-dir '$logs/cupy-capacity-'\${run/:/-}\${option:+-compact}; \
+  done; done; true"
 exit $status
