@@ -199,11 +199,9 @@ bool pool_impl::compact_for(std::size_t need, const stream_state& s) {
   if (capturing) return false;
   const std::size_t creatable = creatable_bytes(calls_.free_bytes());
   if (creatable >= need) return false;  // growth failed for want of something compaction cannot give
-  const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
-  const std::vector<std::uint32_t> staying(shared.begin(), shared.end());
   const std::size_t whole_handles = whole_free_handle_bytes();
   const std::size_t lacks = need - creatable;
-  if (whole_handles + compactable_bytes(staying) < lacks) return false;
+  if (whole_handles + compactable_bytes() < lacks) return false;
   const compaction_scope scope(*this);
   // The whole device, not just the streams the pool knows: a live block may be read on a stream
   // that never allocated or freed it.
@@ -245,7 +243,9 @@ void pool_impl::wait_out_compaction(std::size_t bytes) {
   if (asleep_) throw_asleep(bytes);
 }
 
-std::size_t pool_impl::compactable_bytes(const std::vector<std::uint32_t>& staying) const {
+std::size_t pool_impl::compactable_bytes() {
+  const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
+  const std::vector<std::uint32_t> staying(shared.begin(), shared.end());
   std::size_t bytes = 0;
   for (const auto& a : arenas_) {
     for (const arena::partly_live_handle& h : a->partly_live_handles(staying)) bytes += h.size - h.kept_bytes();

@@ -20,8 +20,6 @@
 
 #include <limits>
 #include <optional>
-#include <unordered_set>
-#include <vector>
 
 #include "core/pool_impl.hpp"
 #include "core/unlocked_call.hpp"
@@ -142,10 +140,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   report.driver_free_bytes = calls_.free_bytes();
   report.largest_possible_bytes = largest_possible(report.driver_free_bytes);
   report.byte_cap = byte_cap_;
-  if (virtual_memory_ && !options_.alias_free_handles) {
-    const std::unordered_set<std::uint32_t> shared = handles_staying_awake();
-    report.compactable_bytes = compactable_bytes(std::vector<std::uint32_t>(shared.begin(), shared.end()));
-  }
+  if (virtual_memory_ && !options_.alias_free_handles) report.compactable_bytes = compactable_bytes();
   if (recording_) note(recorded_event::kind::allocate_failure, 0, requested, s.stream);
   throw out_of_memory(report);
 }

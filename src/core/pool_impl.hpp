@@ -361,8 +361,8 @@ class pool_impl {
   /// the pool is asleep.
   void wait_out_compaction(std::size_t bytes);
   /// What re-making every partly live handle would hand back (frees not yet free for every stream
-  /// count as touched).
-  [[nodiscard]] std::size_t compactable_bytes(const std::vector<std::uint32_t>& staying) const;
+  /// count as touched; handles that stay awake, handles_staying_awake(), are not re-made).
+  [[nodiscard]] std::size_t compactable_bytes();
   /// Re-makes partly live handles, most handed back first, until `enough` more bytes went back
   /// (added to `released`) or none is left that can move. Lock held, in a compaction_scope, the
   /// streams waited for.
