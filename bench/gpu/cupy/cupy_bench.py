@@ -38,7 +38,7 @@ for path in (HERE, TRAIN, os.path.join(REPO_ROOT, "python")):
 
 import cupy_catalog as catalog  # noqa: E402  (after the paths above)
 import report  # noqa: E402  (bench/gpu/train/report.py: step statistics, child runs)
-from catalog import parse_names  # noqa: E402  (bench/gpu/train/catalog.py)
+from catalog import parse_names, shapes_digest  # noqa: E402  (bench/gpu/train/catalog.py)
 from train_bench import parse_option  # noqa: E402  (its --tidepool-option's NAME=VALUE)
 
 GiB = 1 << 30
@@ -164,7 +164,7 @@ def run_program(program, allocator, steps, seed, cap=None, tidepool_options=None
             monitor.stop()
     result.update(report.step_statistics(seconds, program.warmup))
     result["step_ms"] = [round(s * 1e3, 3) for s in seconds]
-    result["shapes_digest"] = catalog.shapes_digest(shapes)
+    result["shapes_digest"] = shapes_digest(shapes)
     result["held_after_step_bytes"] = held_after_step
     result["peak_held_bytes"] = routed.peak() if routed.peak is not None else max(held_after_step)
     result.update(work.info())

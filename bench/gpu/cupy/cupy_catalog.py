@@ -1,12 +1,11 @@
 """What the CuPy program benchmark runs, without CuPy: the programs (their seeded per-step shapes)
 and the allocators, importable by the launcher and by the tests (python/tests/test_cupy_bench.py).
-Named apart from bench/gpu/train/catalog.py, whose parse_names the launcher uses too.
+Named apart from bench/gpu/train/catalog.py, whose parse_names and shapes_digest the launcher uses too.
 
 Shapes come from Python's own seeded RNG, so every allocator sees the same program.
 """
 
 import dataclasses
-import hashlib
 import random
 
 # cupy: CuPy's default MemoryPool (what a CuPy program gets); async: cupy.cuda.MemoryAsyncPool
@@ -57,11 +56,6 @@ class Program:
                 shapes.append((max(1, p["element_budget"] // (n * n)), n))
             return shapes
         raise ValueError(f"{self.name}: unknown schedule {self.schedule!r}")
-
-
-def shapes_digest(shapes):
-    """A short hash of a shape schedule: equal digests mean the same shapes in the same order."""
-    return hashlib.sha256(repr([tuple(s) for s in shapes]).encode()).hexdigest()[:16]
 
 
 PROGRAMS = {p.name: p for p in (
