@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -41,6 +42,8 @@ torch_caching_allocator::torch_caching_allocator(std::shared_ptr<driver> drv, in
     : driver_(std::move(drv)), device_(device), expandable_(expandable) {}
 
 torch_caching_allocator::~torch_caching_allocator() {
+  synchronize_and_free_events();
+  for (event_t e : spare_events_) (void)driver_->event_destroy(device_, e);
   if (expandable_) return;  // the segments' destructors unmap and free everything
   // Free every cudaMalloc segment: a segment is found through its first block.
   std::unordered_set<device_address> heads;
@@ -68,11 +71,13 @@ std::size_t torch_caching_allocator::segment_size(std::size_t rounded) noexcept 
 std::optional<device_address> torch_caching_allocator::allocate(std::size_t bytes, stream_t stream) {
   const std::size_t size = round_size(bytes);
   block_pool& pool = size <= small_size ? small_ : large_;
+  process_events();
   block* b = get_free_block(pool, stream, size);
   if (b == nullptr) {
     b = expandable_ ? alloc_expandable(pool, stream, size) : alloc_segment(pool, stream, size);
     if (b == nullptr) {
-      // PyTorch's retry: free all unsplit cached segments (unmap free pages), then try once more.
+      // PyTorch's retry: wait for the events of blocks freed on other streams, free all unsplit
+      // cached segments (unmap free pages), then try once more (release_cached_blocks).
       // Before it unmaps, PyTorch waits for the work queued on the segment's stream (cudaFree, in
       // the default allocator, waits for the whole device by itself). The model keeps no stream per
       // segment, so it waits for the device: on sim with the GPU behind (replay --gpu-lag-ms) the
@@ -248,15 +253,71 @@ torch_caching_allocator::block* torch_caching_allocator::make_neighbour_after(bl
   return n;
 }
 
-void torch_caching_allocator::deallocate(device_address address, std::size_t, stream_t) {
+void torch_caching_allocator::deallocate(device_address address, std::size_t, stream_t stream) {
   const auto it = active_.find(address);
   if (it == active_.end()) {
     throw error(error_code::invalid_pointer, fmt::format("{}: free of {:#x}, not allocated here", name(), address));
   }
   block* b = it->second;
   active_.erase(it);
+  if (stream != b->stream) {
+    insert_events(b, stream);  // stays allocated, so no neighbour merges with it meanwhile
+    return;
+  }
   b->allocated = false;
   free_block(b);
+}
+
+// insert_events(): an event recorded on the stream the block was used on; the block is freed once
+// it completes. A driver that cannot record one leaves the free final, as before the model kept
+// events (the replay then reuses the block at once).
+void torch_caching_allocator::insert_events(block* b, stream_t stream) {
+  const event_t e = take_event();
+  if (e == nullptr || driver_->event_record(device_, e, stream) != driver_status::success) {
+    if (e != nullptr) spare_events_.push_back(e);
+    b->allocated = false;
+    free_block(b);
+    return;
+  }
+  pending_[key(stream)].push_back({e, b});
+}
+
+event_t torch_caching_allocator::take_event() {
+  if (!spare_events_.empty()) {
+    const event_t e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  event_t e = nullptr;
+  return driver_->event_create(device_, &e) == driver_status::success ? e : nullptr;
+}
+
+// process_events(): each stream's blocks whose events completed, in the order freed, up to the
+// first still waiting.
+void torch_caching_allocator::process_events() {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    std::deque<pending_free>& waiting = it->second;
+    while (!waiting.empty() && driver_->event_query(device_, waiting.front().event) != driver_status::not_ready) {
+      const pending_free done = waiting.front();
+      waiting.pop_front();
+      spare_events_.push_back(done.event);
+      done.freed->allocated = false;
+      free_block(done.freed);
+    }
+    it = waiting.empty() ? pending_.erase(it) : std::next(it);
+  }
+}
+
+void torch_caching_allocator::synchronize_and_free_events() {
+  for (auto& [stream, waiting] : pending_) {
+    for (const pending_free& p : waiting) {
+      (void)driver_->event_synchronize(device_, p.event);
+      spare_events_.push_back(p.event);
+      p.freed->allocated = false;
+      free_block(p.freed);
+    }
+  }
+  pending_.clear();
 }
 
 // free_block(): merges with free neighbours and returns the block to its pool.
@@ -289,6 +350,7 @@ std::size_t torch_caching_allocator::try_merge(block* dst, block* src) {
 }
 
 std::size_t torch_caching_allocator::release() {
+  synchronize_and_free_events();
   const std::size_t before = reserved_;
   release_pool(large_);
   release_pool(small_);

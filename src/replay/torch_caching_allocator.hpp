@@ -12,11 +12,20 @@
 // With expandable segments: one segment per pool and stream, a reserved range grown by mapping
 // 2 MiB (small) or 20 MiB (large) pages at the lowest address where the request fits, blocks
 // split whenever at least 512 B remain, and empty_cache() unmapping every free whole page.
-// Left out: CUDA graph pools, record_stream events (a replayed free is final), max_split_size,
-// roundup_power2_divisions and garbage collection (all off by default), memory fraction limits.
+// A free on another stream than the allocation's is what PyTorch sees as Tensor.record_stream() on
+// that stream and then the free: the block waits for an event recorded on the freeing stream
+// (insert_events), each allocation first takes back the blocks whose events completed, in each
+// stream's order (process_events), and empty_cache() and the out-of-memory retry first wait for
+// every event (synchronize_and_free_events). With the GPU behind (replay --gpu-lag-ms) such a block
+// is the program's again only once the freeing stream's work is done, as on a GPU.
+// Left out: CUDA graph pools, max_split_size, roundup_power2_divisions and garbage collection (all
+// off by default), memory fraction limits.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -104,6 +113,12 @@ class torch_caching_allocator final : public replay_allocator {
   void release_pool(block_pool& pool);
   void release_segment(block* b);
   void release_expandable_segment(block* b);
+  // record_stream: insert_events() holds `b` for an event on `stream`; process_events() frees the
+  // blocks whose events completed; synchronize_and_free_events() waits for all of them.
+  void insert_events(block* b, stream_t stream);
+  void process_events();
+  void synchronize_and_free_events();
+  event_t take_event();
 
   std::shared_ptr<driver> driver_;
   int device_;
@@ -114,6 +129,14 @@ class torch_caching_allocator final : public replay_allocator {
   std::vector<std::unique_ptr<detail::expandable_segment>> segments_;
   detail::node_pool<block> nodes_;
   std::size_t reserved_ = 0;  // PyTorch's reserved_bytes: cudaMalloc'd or mapped
+  // Blocks freed on another stream, waiting for their event, by freeing stream (PyTorch's
+  // cuda_events), each stream's in the order freed; and the events free for reuse (its EventPool).
+  struct pending_free {
+    event_t event = nullptr;
+    block* freed = nullptr;
+  };
+  std::map<std::uintptr_t, std::deque<pending_free>> pending_;
+  std::vector<event_t> spare_events_;
 };
 
 }  // namespace tidepool::replay
