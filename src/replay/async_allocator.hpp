@@ -9,9 +9,11 @@
 // defaults to "never release" (UINT64_MAX), as PyTorch's cudaMallocAsync backend sets it; with
 // threshold T, every free trims pages no allocation touches until the pool holds at most T
 // (the driver does this at synchronisation points; a replay has none, so every free is one).
-// Assumed: sizes rounded to 512 B; reuse across streams at once (the replay has no GPU work to
-// wait for). Its driver time is the modelled cost of those 2 MiB page calls, an upper bound of
-// what the real pool spends inside the driver.
+// Assumed: sizes rounded to 512 B; reuse across streams at once, also with the GPU behind
+// (replay --gpu-lag-ms): by default the driver's pool may make the allocating stream wait for the
+// freeing stream's work (cudaMemPoolReuseAllowInternalDependencies) rather than grow, so such a
+// free costs ordering, not memory. Its driver time is the modelled cost of those 2 MiB page calls,
+// an upper bound of what the real pool spends inside the driver.
 #pragma once
 
 #include <cstddef>
