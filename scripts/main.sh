@@ -13,7 +13,9 @@
 # larger-batch evaluation every tenth step, a transformer on a curriculum, a pipeline-parallel
 # stage on the 1F1B schedule) with seeds 1-10, each
 # replayed three times beside expandable segments, one line each and the goals over all
-# of them
+# of them; then the bundled and the generated traces again with the GPU 50 ms behind the program, as
+# a GPU-bound loop runs (a freed block is reusable on other streams only once its stream's work is
+# done, under PyTorch's allocator too), beside expandable segments
 # (UNSEEN_SEEDS="1 2 3" picks fewer seeds; UNSEEN_SEEDS= skips the part).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,3 +44,6 @@ done
 echo
 echo "=== Workloads tidepool was not tuned on (seeds: $seeds; the loader's seed 1 is the bundled trace)"
 "$tool" replay "$unseen"/*.csv.gz --allocators tidepool,expandable --passes 3 --brief
+echo
+echo "=== The bundled traces and those workloads with the GPU 50 ms behind the program (replay --gpu-lag-ms 50), beside expandable segments"
+"$tool" replay "$root"/traces/*.csv.gz "$unseen"/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --gpu-lag-ms 50
