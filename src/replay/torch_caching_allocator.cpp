@@ -298,11 +298,8 @@ void torch_caching_allocator::process_events() {
   for (auto it = pending_.begin(); it != pending_.end();) {
     std::deque<pending_free>& waiting = it->second;
     while (!waiting.empty() && driver_->event_query(device_, waiting.front().event) != driver_status::not_ready) {
-      const pending_free done = waiting.front();
+      complete(waiting.front());
       waiting.pop_front();
-      spare_events_.push_back(done.event);
-      done.freed->allocated = false;
-      free_block(done.freed);
     }
     it = waiting.empty() ? pending_.erase(it) : std::next(it);
   }
@@ -312,12 +309,16 @@ void torch_caching_allocator::synchronize_and_free_events() {
   for (auto& [stream, waiting] : pending_) {
     for (const pending_free& p : waiting) {
       (void)driver_->event_synchronize(device_, p.event);
-      spare_events_.push_back(p.event);
-      p.freed->allocated = false;
-      free_block(p.freed);
+      complete(p);
     }
   }
   pending_.clear();
+}
+
+void torch_caching_allocator::complete(const pending_free& p) {
+  spare_events_.push_back(p.event);
+  p.freed->allocated = false;
+  free_block(p.freed);
 }
 
 // free_block(): merges with free neighbours and returns the block to its pool.

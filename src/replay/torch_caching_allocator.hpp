@@ -115,9 +115,15 @@ class torch_caching_allocator final : public replay_allocator {
   void release_expandable_segment(block* b);
   // record_stream: insert_events() holds `b` for an event on `stream`; process_events() frees the
   // blocks whose events completed; synchronize_and_free_events() waits for all of them.
+  struct pending_free {
+    event_t event = nullptr;
+    block* freed = nullptr;
+  };
   void insert_events(block* b, stream_t stream);
   void process_events();
   void synchronize_and_free_events();
+  // A waiting block whose event completed: the event back to the spares, the block to its pool.
+  void complete(const pending_free& p);
   event_t take_event();
 
   std::shared_ptr<driver> driver_;
@@ -131,10 +137,6 @@ class torch_caching_allocator final : public replay_allocator {
   std::size_t reserved_ = 0;  // PyTorch's reserved_bytes: cudaMalloc'd or mapped
   // Blocks freed on another stream, waiting for their event, by freeing stream (PyTorch's
   // cuda_events), each stream's in the order freed; and the events free for reuse (its EventPool).
-  struct pending_free {
-    event_t event = nullptr;
-    block* freed = nullptr;
-  };
   std::map<std::uintptr_t, std::deque<pending_free>> pending_;
   std::vector<event_t> spare_events_;
 };
