@@ -28,6 +28,9 @@
 # torch-call-cost (~50 s: bench/gpu/torch_call_cost.py, the host time of a PyTorch allocate + free
 # pair under PyTorch default, expandable segments, tidepool, cudaMallocAsync natively and behind
 # PyTorch's pluggable interface, each in its own process) and
+# cupy-call-cost (~30 s: bench/gpu/cupy_call_cost.py, the host time of a CuPy allocate + free pair
+# under CuPy's pool, tidepool.cupy.use() and tidepool's C functions set without the package's
+# stream-passing wrapper) and
 # capacity (~5 minutes: train_bench.py --memory-cap-gib, the training loops under the three
 # allocators as on a smaller GPU, for each WORKLOAD:GiB of CAPACITY_RUNS, default "gpt-vary:13.5
 # gpt-vary:14.2 hf-llama-train:19.5", about 1.05x, 1.10x and 1.03x their peak in use: which of them
@@ -100,6 +103,9 @@ step sleep-wake env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$ro
   python3 "$root/bench/gpu/sleep_wake.py" --sizes ${SLEEP_WAKE_GIB:-1 8 32} --json "$logs/sleep-wake.json"
 step torch-call-cost bash -c "for a in default expandable tidepool async pluggable-async; do \
   TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/torch_call_cost.py' \$a \
+  || exit 1; done"
+step cupy-call-cost bash -c "for a in cupy tidepool tidepool-unrouted; do \
+  TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/cupy_call_cost.py' \$a \
   || exit 1; done"
 step capacity bash -c "for run in ${CAPACITY_RUNS:-gpt-vary:13.5 gpt-vary:14.2 hf-llama-train:19.5}; do \
   TIDEPOOL_LIBRARY='$build/src/libtidepool.so' PYTHONUNBUFFERED=1 python3 '$root/bench/gpu/train/train_bench.py' \

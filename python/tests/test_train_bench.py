@@ -104,6 +104,30 @@ def test_rollout_schedule_fits_prompt_and_completion_to_the_token_budget():
     assert len({prompt for _, prompt, _ in shapes}) > 10 and len({c for _, _, c in shapes}) >= 4
 
 
+def test_serve_schedule_batches_continuously_within_the_step_budget():
+    spec = catalog.WORKLOADS["hf-llama-serve"]
+    p = spec.params
+    shapes = spec.shapes(0, spec.steps)
+    assert shapes == spec.shapes(0, spec.steps) and shapes != spec.shapes(1, spec.steps)
+    assert shapes[:50] == spec.shapes(0, 50)  # more steps extend the same schedule
+    assert p["max_tokens"] <= p["size"].max_position_embeddings  # positions are indices in the step
+    running_after = 0
+    for decodes, *prompts in shapes:
+        # Only sequences prefilled earlier decode, each at most once a step; some may have finished.
+        assert decodes <= running_after
+        assert decodes + len(prompts) <= p["max_seqs"]
+        assert decodes + sum(prompts) <= p["max_tokens"]
+        for prompt in prompts:
+            assert prompt % p["multiple"] == 0 and p["min_prompt"] <= prompt <= p["max_prompt"]
+        running_after = decodes + len(prompts)
+    assert len(shapes[0]) > 1 and shapes[0][0] == 0  # the first step prefills the waiting requests
+    counts = [decodes + sum(prompts) for decodes, *prompts in shapes]
+    assert len(set(counts)) > 50  # a new token count nearly every step
+    decoding = [decodes for decodes, *_ in shapes[50:]]
+    assert max(decoding) - min(decoding) > 10  # the batch grows and shrinks as requests come and go
+    assert sum(len(prompts) for _, *prompts in shapes) > 100
+
+
 def test_multiscale_schedule_fits_each_step_to_the_pixel_budget():
     spec = catalog.WORKLOADS["timm-resnet-multiscale"]
     p = spec.params

@@ -91,6 +91,27 @@ TEST(ReplayNearCapacity, AMixtureOfExpertsLoopFailsNothingOnAGpuThreeHundredthsL
   expect_no_failure_on_a_tight_device("hf_mixtral_train.csv.gz", 1.03);
 }
 
+// A server run as vLLM runs one (traces/hf_llama_serve.csv.gz, recorded on an H100): its KV cache,
+// sized after a profile run to fill 90% of the device, is 99.9% of what it ever has live, and the
+// engine steps' activations come and go in what is left. On a device a hundredth larger than that
+// peak nothing fails, the second pass calls the driver no more than the first pass's release at the
+// end does (none), and neither pass holds more than expandable segments on the same device.
+TEST(ReplayNearCapacity, AServerWhoseKvCacheFillsTheDeviceRunsSteadyOnAGpuAHundredthLargerThanItsPeak) {
+  const trace t = read_bundled_trace("hf_llama_serve.csv.gz");
+  replay_options options;
+  options.passes = 2;
+  const replay_result pool = replay_trace(t, "tidepool", device_for(t, 1.01), options);
+  const replay_result expandable = replay_trace(t, "expandable", device_for(t, 1.01), options);
+  ASSERT_EQ(pool.passes.size(), 2u);
+  std::printf("hf_llama_serve at 1.01x: held / live %.5f, %.5f; second pass %llu driver calls; expandable %.5f\n",
+              pool.passes[0].held_ratio(), pool.passes[1].held_ratio(),
+              static_cast<unsigned long long>(pool.passes[1].driver_calls), expandable.held_ratio());
+  EXPECT_EQ(pool.failures, 0u);
+  EXPECT_EQ(pool.passes[1].driver_calls, 0u);
+  EXPECT_LE(pool.passes[0].held_ratio(), expandable.held_ratio());
+  EXPECT_LE(pool.passes[1].held_ratio(), expandable.held_ratio());
+}
+
 // Holes the out-of-memory path handed back are not the frontier for placement: before, the blocks
 // beside them were passed over, each step's layout followed the hand-backs, and this loop touched
 // several times its peak in use in address space and called the driver in every pass

@@ -149,7 +149,8 @@ class Workload:
     modules: tuple  # Python packages it needs besides torch
     schedule: str  # "tokens": (batch, seqlen) within a token budget; "fixed"; "batch"; "generate";
     # "multiscale"; "seq2seq": (batch, source, target); "accumulate": micro-batches of "tokens";
-    # "rollout": (batch, prompt, completion), the batch fitted to a budget of prompt + completion tokens
+    # "rollout": (batch, prompt, completion), the batch fitted to a budget of prompt + completion tokens;
+    # "serve": (decoding sequences, prompt lengths prefilled...) per engine step (serve_schedule)
     params: dict
 
     def shapes(self, seed, steps):
@@ -186,6 +187,8 @@ class Workload:
                 completion = rng.randrange(p["min_new"], p["max_new"] + 1, p["multiple"])
                 shapes.append((max(1, p["token_budget"] // (prompt + completion)), prompt, completion))
             return shapes
+        if self.schedule == "serve":
+            return serve_schedule(rng, steps, p)
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
@@ -203,6 +206,40 @@ def token_budget_shapes(rng, steps, token_budget, min_len, max_len, multiple):
         seqlen = rng.randrange(min_len, max_len + 1, multiple)
         shapes.append((max(1, token_budget // seqlen), seqlen))
     return shapes
+
+
+def serve_schedule(rng, steps, p):
+    """The engine steps of a continuously batching server (as vLLM's scheduler makes them, prompts
+    prefilled whole): requests arrive each step (`arrivals`: the counts drawn from), each with a
+    prompt of `min_prompt`-`max_prompt` tokens (multiples of `multiple`) and `min_new`-`max_new`
+    tokens to generate; `initial` wait at the start. Each step every running sequence decodes one
+    token, then waiting requests are admitted in arrival order while the step stays within
+    `max_tokens` tokens and `max_seqs` sequences; a request's prefill makes its first token, and it
+    leaves once it has made all of them. Returns per step (decoding sequences, prompt lengths
+    prefilled...)."""
+    waiting = []  # (prompt, new tokens) in arrival order
+    running = []  # new tokens each running sequence has still to make
+    choices = range(p["min_prompt"], p["max_prompt"] + 1, p["multiple"])
+
+    def arrive(count):
+        for _ in range(count):
+            waiting.append((rng.choice(choices), rng.randrange(p["min_new"], p["max_new"] + 1)))
+
+    arrive(p["initial"])
+    schedule = []
+    for _ in range(steps):
+        arrive(rng.choice(p["arrivals"]))
+        decodes = len(running)
+        budget = p["max_tokens"] - decodes
+        prefills = []
+        while waiting and decodes + len(prefills) < p["max_seqs"] and waiting[0][0] <= budget:
+            prompt, new = waiting.pop(0)
+            budget -= prompt
+            prefills.append(prompt)
+            running.append(new)  # this step's prefill makes its first token (counted below)
+        schedule.append((decodes, *prefills))
+        running = [left - 1 for left in running if left > 1]
+    return schedule
 
 
 def shapes_digest(shapes):
@@ -256,6 +293,13 @@ WORKLOADS = {w.name: w for w in (
              "its longest sequence (attention mask), a new padded length each step, 16k tokens", 80, 10,
              ("transformers",), "tokens",
              {"size": BERT_BASE, "token_budget": 16384, "min_len": 32, "max_len": 512, "multiple": 8}),
+    Workload("hf-llama-serve", "transformers Llama ~207M, bf16, served as vLLM serves: a profile run at the "
+             "step's token budget, the KV cache sized from the free memory left (90% of the device), then "
+             "continuously batched engine steps (prefills and decodes, a new token count each step)", 400, 20,
+             ("transformers",), "serve",
+             {"size": LLAMA, "gpu_memory_utilization": 0.9, "block_size": 16, "max_tokens": 4096, "max_seqs": 128,
+              "initial": 32, "arrivals": (0, 0, 0, 0, 0, 0, 1, 2), "min_prompt": 32, "max_prompt": 2048,
+              "multiple": 16, "min_new": 16, "max_new": 384}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),

@@ -1,8 +1,9 @@
 """The workloads of the GPU training benchmark, on torch and the libraries of the GPU machine:
 a decoder-only transformer in plain torch (GPT; also with activation checkpointing and gradient
 accumulation, with its activations offloaded to host memory on a copy stream, and compiled by
-torch.compile with dynamic shapes), transformers' Llama (training, generation, and both in one
-reinforcement-learning loop), Mixtral, T5 and BERT (masked-language modelling in fp16 with a
+torch.compile with dynamic shapes), transformers' Llama (training, generation, both in one
+reinforcement-learning loop, and served as vLLM serves it: a KV cache sized from the free memory,
+continuously batched steps), Mixtral, T5 and BERT (masked-language modelling in fp16 with a
 GradScaler) built from configs, and timm's ViT-B/16 and
 ResNet-50, all with random weights (no downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
@@ -323,6 +324,100 @@ class LlamaGeneration:
         return {"params": self.params, "generated_tokens": self.generated}
 
 
+class LlamaServing:
+    """A server's engine loop, as vLLM runs one, on transformers' Llama in bf16 (no vLLM on the GPU
+    machine): what the allocator sees is vLLM's pattern, not its kernels.
+
+    Startup follows vLLM's worker (determine_num_available_blocks): empty the cache and reset the
+    peaks, a profile run at the step's token budget (`max_tokens` over `max_seqs` sequences, the
+    last token of each sampled), then the KV cache sized from what is left: utilization x the
+    device's memory, less the profile's peak in use and whatever the device holds beyond what
+    PyTorch has allocated once the cache is emptied (an allocator that keeps memory after
+    empty_cache() leaves the server less KV cache), one tensor per layer of blocks of `block_size`
+    tokens. Each engine step (catalog.serve_schedule) runs the model on its tokens packed as one
+    sequence (decoding sequences one token each, then the prompts prefilled whole), writes every
+    layer's key and value projections of those tokens into the cache at the next free slots (a ring
+    over the cache), and samples one token per sequence from the logits of its last position, which
+    come back to the host as vLLM's do. The attention runs over the step's own tokens (transformers
+    has no paged attention kernel), and the positions are each token's index in the step."""
+
+    def __init__(self, size, shapes, params, seed):
+        self.model = llama_model(size).to(device="cuda", dtype=torch.bfloat16).eval()
+        self.shapes = shapes
+        self.seed = seed
+        self.vocab = size.vocab_size
+        self.params = _parameter_count(self.model)
+        self.generated = 0
+        self.cursor = 0
+        p = params
+        kv_heads = size.num_key_value_heads
+        head_dim = size.hidden_size // size.num_attention_heads
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        _, total = torch.cuda.mem_get_info()
+        per_sequence = p["max_tokens"] // p["max_seqs"]
+        self._run(torch.zeros(1, per_sequence * p["max_seqs"], dtype=torch.long, device="cuda"),
+                  [per_sequence * (k + 1) - 1 for k in range(p["max_seqs"])])
+        torch.cuda.synchronize()
+        peak = torch.cuda.memory_stats()["allocated_bytes.all.peak"]
+        torch.cuda.empty_cache()
+        free, total = torch.cuda.mem_get_info()
+        non_torch = (total - free) - torch.cuda.memory_stats()["allocated_bytes.all.current"]
+        self.profile_peak = peak
+        self.non_torch_bytes = non_torch
+        available = int(total * p["gpu_memory_utilization"]) - peak - max(non_torch, 0)
+        block_bytes = 2 * p["block_size"] * kv_heads * head_dim * 2 * size.num_hidden_layers  # K and V, bf16
+        self.kv_blocks = available // block_bytes
+        if self.kv_blocks <= 0:
+            raise RuntimeError(f"no room for a KV cache: {available} bytes left after the profile run")
+        self.kv = [torch.empty(2, self.kv_blocks, p["block_size"], kv_heads, head_dim, dtype=torch.bfloat16,
+                               device="cuda") for _ in range(size.num_hidden_layers)]
+        self.kv_cache_bytes = sum(t.numel() * t.element_size() for t in self.kv)
+        self.slots = None
+        for layer, decoder in enumerate(self.model.model.layers):
+            for half, projection in enumerate((decoder.self_attn.k_proj, decoder.self_attn.v_proj)):
+                projection.register_forward_hook(self._writer(self.kv[layer][half].view(-1, kv_heads * head_dim)))
+
+    def _writer(self, cache):
+        def write(module, inputs, output):
+            if self.slots is not None:
+                cache.index_copy_(0, self.slots, output[0])
+        return write
+
+    @torch.inference_mode()
+    def _run(self, tokens, last_positions):
+        """The model on `tokens` ([1, T]); one token sampled from each of `last_positions`."""
+        positions = torch.arange(tokens.shape[1], device="cuda").unsqueeze(0)
+        hidden = self.model.model(input_ids=tokens, position_ids=positions, use_cache=False).last_hidden_state
+        logits = self.model.lm_head(hidden[0, torch.tensor(last_positions, device="cuda")]).float()
+        return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(1).tolist()
+
+    def step(self, i):
+        decodes, *prompts = self.shapes[i]
+        count = decodes + sum(prompts)
+        if count == 0:
+            return
+        torch.manual_seed(self.seed * 100003 + i)  # the same tokens under every allocator
+        tokens = torch.randint(3, self.vocab, (1, count), device="cuda")
+        last = list(range(decodes))
+        end = decodes
+        for prompt in prompts:
+            end += prompt
+            last.append(end - 1)
+        capacity = self.kv[0].shape[1] * self.kv[0].shape[2]
+        self.slots = (torch.arange(count, device="cuda") + self.cursor) % capacity
+        self.cursor = (self.cursor + count) % capacity
+        try:
+            self.generated += len(self._run(tokens, last))
+        finally:
+            self.slots = None
+
+    def info(self):
+        return {"params": self.params, "generated_tokens": self.generated, "kv_blocks": self.kv_blocks,
+                "kv_cache_bytes": self.kv_cache_bytes, "profile_peak_in_use_bytes": self.profile_peak,
+                "non_torch_bytes_after_profile": self.non_torch_bytes}
+
+
 class LlamaRolloutTraining(_Training):
     """One process that samples and trains, as reinforcement-learning trainers of language models do
     (GRPO; PPO without a critic): each step samples completions of random prompts with
@@ -461,6 +556,8 @@ def build(spec, shapes, seed):
         return GPTCheckpointAccumulate(size, shapes)
     if spec.name == "hf-llama-ckpt-accum":
         return LlamaCheckpointAccumulate(size, shapes)
+    if spec.name == "hf-llama-serve":
+        return LlamaServing(size, shapes, spec.params, seed)
     if spec.name == "hf-llama-rl":
         return LlamaRolloutTraining(size, shapes, seed)
     if spec.name == "gpt-offload":
