@@ -59,7 +59,8 @@ TEST(ReplayGpuLag, TidepoolHoldsTheSameOnARecordedLoopWhetherTheGpuKeepsUpOrNot)
 // buckets reach the compute stream once the communication stream's event completes; when they
 // reached it only at its next miss, best fit placed the next requests elsewhere and the loop held
 // far more than expandable segments (bench/synthetic/make_traces.py's ddp traces; the figures are
-// in docs/RESULTS.md, section 0, "Frees on another stream").
+// in docs/RESULTS.md, section 0, "Frees on another stream"). tidepool holds no more than
+// expandable segments in any pass.
 constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::uintptr_t compute = 0;
 constexpr std::uintptr_t communication = 0x1001;
@@ -113,7 +114,7 @@ TEST(ReplayGpuLag, FreesOnACommunicationStreamServeTheComputeStreamOnceTheirWork
   for (std::size_t i = 0; i < r.passes.size(); ++i) {
     std::printf("pass %zu: tidepool held / live %.4f, expandable segments %.4f\n", i + 1, r.passes[i].held_ratio(),
                 expandable.passes[i].held_ratio());
-    EXPECT_LE(r.passes[i].held_ratio(), expandable.passes[i].held_ratio() + 0.02) << "pass " << i + 1;
+    EXPECT_LE(r.passes[i].held_ratio(), expandable.passes[i].held_ratio()) << "pass " << i + 1;
   }
 }
 
