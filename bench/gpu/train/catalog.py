@@ -308,7 +308,9 @@ WORKLOADS = {w.name: w for w in (
 # Those whose traces record_traces.py records by default: the training loops of 80 steps or more.
 # (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads;
 # traces/hf_llama_rl.csv.gz, 40 steps, with --workloads hf-llama-rl: its generation makes 7.4M
-# history entries, so its params raise record_traces.py's bound, history_entries.)
+# history entries, so its params raise record_traces.py's bound, history_entries;
+# traces/hf_llama_serve.csv.gz, the server's 400 engine steps, with --workloads hf-llama-serve on an
+# H100: its KV cache is sized from the device it runs on.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile")
 
