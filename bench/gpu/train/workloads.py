@@ -354,7 +354,6 @@ class LlamaServing:
         head_dim = size.hidden_size // size.num_attention_heads
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        _, total = torch.cuda.mem_get_info()
         per_sequence = p["max_tokens"] // p["max_seqs"]
         self._run(torch.zeros(1, per_sequence * p["max_seqs"], dtype=torch.long, device="cuda"),
                   [per_sequence * (k + 1) - 1 for k in range(p["max_seqs"])])
