@@ -7,11 +7,14 @@ workload's allocations and frees took (the load and merge of DESIGN 1.1: issue 1
 1.5x the framework's own pool), NVML's sampling left out of it. Under tidepool the allocating time
 is split by whether the allocation made driver calls (the pool's stats before and after each, read
 outside the timed part), beside the pool's own count and time of driver calls, to tell the
-driver's share from the per-call path's.
+driver's share from the per-call path's; RETENTION_SPLIT_DRIVER=0 leaves those reads out, so that
+only NVML's runs between allocations, as under the framework's own pool (the split's figures are
+then 0).
 Arguments: torch|cupy, then tidepool|default."""
 
 import csv
 import gzip
+import os
 import sys
 import time
 
@@ -60,7 +63,8 @@ with gzip.open(trace, "rt") as rows:
 clock = time.perf_counter
 allocating_s = freeing_s = 0.0
 routed = allocator == "tidepool"
-driver_calls = (lambda: tidepool.stats(0).driver_calls) if routed else (lambda: 0)
+split = routed and os.environ.get("RETENTION_SPLIT_DRIVER", "1") != "0"
+driver_calls = (lambda: tidepool.stats(0).driver_calls) if split else (lambda: 0)
 calling = {"allocations": 0, "seconds": 0.0}  # allocations that made driver calls
 pool_before = tidepool.stats(0) if routed else None
 for action, pointer, size in steps:
