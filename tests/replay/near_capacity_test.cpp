@@ -94,8 +94,8 @@ TEST(ReplayNearCapacity, AMixtureOfExpertsLoopFailsNothingOnAGpuThreeHundredthsL
 // A server run as vLLM runs one (traces/hf_llama_serve.csv.gz, recorded on an H100): its KV cache,
 // sized after a profile run to fill 90% of the device, is 99.9% of what it ever has live, and the
 // engine steps' activations come and go in what is left. On a device a hundredth larger than that
-// peak nothing fails, the second pass calls the driver no more than the first pass's release at the
-// end does (none), and neither pass holds more than expandable segments on the same device.
+// peak nothing fails, the second pass makes no driver call, and neither pass holds more than
+// expandable segments over the same two passes on the same device.
 TEST(ReplayNearCapacity, AServerWhoseKvCacheFillsTheDeviceRunsSteadyOnAGpuAHundredthLargerThanItsPeak) {
   const trace t = read_bundled_trace("hf_llama_serve.csv.gz");
   replay_options options;
