@@ -324,7 +324,7 @@ class LlamaGeneration:
         return {"params": self.params, "generated_tokens": self.generated}
 
 
-class LlamaServing:
+class LlamaServing(LlamaGeneration):
     """A server's engine loop, as vLLM runs one, on transformers' Llama in bf16 (no vLLM on the GPU
     machine): what the allocator sees is vLLM's pattern, not its kernels.
 
@@ -342,12 +342,7 @@ class LlamaServing:
     has no paged attention kernel), and the positions are each token's index in the step."""
 
     def __init__(self, size, shapes, params, seed):
-        self.model = llama_model(size).to(device="cuda", dtype=torch.bfloat16).eval()
-        self.shapes = shapes
-        self.seed = seed
-        self.vocab = size.vocab_size
-        self.params = _parameter_count(self.model)
-        self.generated = 0
+        super().__init__(size, shapes, seed)  # the model in bf16, as generation has it
         self.cursor = 0
         p = params
         kv_heads = size.num_key_value_heads
@@ -412,9 +407,8 @@ class LlamaServing:
             self.slots = None
 
     def info(self):
-        return {"params": self.params, "generated_tokens": self.generated, "kv_blocks": self.kv_blocks,
-                "kv_cache_bytes": self.kv_cache_bytes, "profile_peak_in_use_bytes": self.profile_peak,
-                "non_torch_bytes_after_profile": self.non_torch_bytes}
+        return {**super().info(), "kv_blocks": self.kv_blocks, "kv_cache_bytes": self.kv_cache_bytes,
+                "profile_peak_in_use_bytes": self.profile_peak, "non_torch_bytes_after_profile": self.non_torch_bytes}
 
 
 class LlamaRolloutTraining(_Training):
