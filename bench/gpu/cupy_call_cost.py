@@ -39,11 +39,7 @@ def main(argv):
         if args.allocator == "tidepool":
             tidepool.cupy.use()
         else:
-            lib = _library.load()
-            unrouted = cupy.cuda.memory.CFunctionAllocator(
-                0, _library.function_address("tidepool_cupy_malloc"),
-                _library.function_address("tidepool_cupy_free"), lib)
-            cupy.cuda.set_allocator(unrouted.malloc)
+            cupy.cuda.set_allocator(tidepool.cupy._c_function_allocator(cupy, _library.load()).malloc)
     cupy.ones(1).sum().item()  # the context and the first kernels
     sizes = [512 << (k % 14) for k in range(64)]  # 512 B to 4 MiB
     random.Random(0).shuffle(sizes)

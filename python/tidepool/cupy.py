@@ -52,6 +52,14 @@ class _StreamTracker(threading.local):
     last = None
 
 
+def _c_function_allocator(cupy, lib):
+    """CuPy's CFunctionAllocator over tidepool_cupy_malloc / tidepool_cupy_free: what use() installs
+    behind the stream it passes on (bench/gpu/cupy_call_cost.py sets it alone, to time that)."""
+    return cupy.cuda.memory.CFunctionAllocator(
+        0, _library.function_address("tidepool_cupy_malloc"),
+        _library.function_address("tidepool_cupy_free"), lib)
+
+
 def use():
     """Routes CuPy's allocations to tidepool (from now on; arrays made before stay in CuPy's
     pool until freed, and release_cached_memory() empties that pool)."""
@@ -60,9 +68,7 @@ def use():
     if _frameworks.routed["cupy"]:
         return
     lib = _library.load()
-    c_allocator = cupy.cuda.memory.CFunctionAllocator(
-        0, _library.function_address("tidepool_cupy_malloc"),
-        _library.function_address("tidepool_cupy_free"), lib)
+    c_allocator = _c_function_allocator(cupy, lib)
     tracker = _StreamTracker()
     get_device = cupy.cuda.runtime.getDevice
     get_stream = cupy.cuda.get_current_stream
