@@ -128,6 +128,26 @@ def test_serve_schedule_batches_continuously_within_the_step_budget():
     assert sum(len(prompts) for _, *prompts in shapes) > 100
 
 
+def test_detection_schedule_gives_each_image_its_own_size_and_objects():
+    spec = catalog.WORKLOADS["tv-maskrcnn-train"]
+    p = spec.params
+    shapes = spec.shapes(0, spec.steps)
+    assert shapes == spec.shapes(0, spec.steps) and shapes != spec.shapes(1, spec.steps)
+    assert shapes[:20] == spec.shapes(0, 20)
+    images = []
+    for side, *rest in shapes:
+        assert side in p["min_sides"] and side <= p["max_side"]
+        assert len(rest) == 3 * p["batch"]
+        for height, width, objects in zip(rest[0::3], rest[1::3], rest[2::3]):
+            for extent in (height, width):
+                assert extent % p["multiple"] == 0 and p["min_image"] <= extent <= p["max_image"]
+            assert 1 <= objects <= p["max_objects"]
+            images.append((height, width, objects))
+    assert len({side for side, *_ in shapes}) > 5  # the resize side changes from step to step
+    assert len(set(images)) > 0.9 * len(images)  # nearly every image has a shape of its own
+    assert len({objects for *_, objects in images}) > 20
+
+
 def test_multiscale_schedule_fits_each_step_to_the_pixel_budget():
     spec = catalog.WORKLOADS["timm-resnet-multiscale"]
     p = spec.params

@@ -150,7 +150,8 @@ class Workload:
     schedule: str  # "tokens": (batch, seqlen) within a token budget; "fixed"; "batch"; "generate";
     # "multiscale"; "seq2seq": (batch, source, target); "accumulate": micro-batches of "tokens";
     # "rollout": (batch, prompt, completion), the batch fitted to a budget of prompt + completion tokens;
-    # "serve": (decoding sequences, prompt lengths prefilled...) per engine step (serve_schedule)
+    # "serve": (decoding sequences, prompt lengths prefilled...) per engine step (serve_schedule);
+    # "detection": (resize side, then height, width, objects of each image) per step
     params: dict
 
     def shapes(self, seed, steps):
@@ -189,6 +190,8 @@ class Workload:
             return shapes
         if self.schedule == "serve":
             return serve_schedule(rng, steps, p)
+        if self.schedule == "detection":
+            return detection_schedule(rng, steps, p)
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
@@ -239,6 +242,22 @@ def serve_schedule(rng, steps, p):
             running.append(new)  # this step's prefill makes its first token (counted below)
         schedule.append((decodes, *prefills))
         running = [left - 1 for left in running if left > 1]
+    return schedule
+
+
+def detection_schedule(rng, steps, p):
+    """The batches of a detection training loop with multi-scale training, as torchvision's and
+    detectron2's recipes run it: each step one shorter side that the model resizes its images to
+    (`min_sides`), then `batch` images of their own height and width (multiples of `multiple` in
+    [`min_image`, `max_image`]) with their own number of annotated objects (1 to `max_objects`).
+    Returns per step (resize side, height, width, objects, height, width, objects, ...)."""
+    sides = range(p["min_image"], p["max_image"] + 1, p["multiple"])
+    schedule = []
+    for _ in range(steps):
+        step = [rng.choice(p["min_sides"])]
+        for _ in range(p["batch"]):
+            step += [rng.choice(sides), rng.choice(sides), rng.randint(1, p["max_objects"])]
+        schedule.append(tuple(step))
     return schedule
 
 
@@ -300,6 +319,11 @@ WORKLOADS = {w.name: w for w in (
              {"size": LLAMA, "gpu_memory_utilization": 0.9, "block_size": 16, "max_tokens": 4096, "max_seqs": 128,
               "initial": 32, "arrivals": (0, 0, 0, 0, 0, 0, 1, 2), "min_prompt": 32, "max_prompt": 2048,
               "multiple": 16, "min_new": 16, "max_new": 384}),
+    Workload("tv-maskrcnn-train", "torchvision Mask R-CNN (ResNet-50 FPN) from its constructor, bf16 autocast, "
+             "multi-scale training: each step a new resize side and 4 images of their own size with their own "
+             "number of objects (boxes and masks)", 80, 10, ("torchvision",), "detection",
+             {"batch": 4, "min_sides": tuple(range(480, 801, 32)), "max_side": 1333, "min_image": 384,
+              "max_image": 1024, "multiple": 32, "max_objects": 40, "classes": 91}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),

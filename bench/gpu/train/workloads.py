@@ -4,8 +4,8 @@ accumulation, with its activations offloaded to host memory on a copy stream, an
 torch.compile with dynamic shapes), transformers' Llama (training, generation, both in one
 reinforcement-learning loop, and served as vLLM serves it: a KV cache sized from the free memory,
 continuously batched steps), Mixtral, T5 and BERT (masked-language modelling in fp16 with a
-GradScaler) built from configs, and timm's ViT-B/16 and
-ResNet-50, all with random weights (no downloads).
+GradScaler) built from configs, timm's ViT-B/16 and ResNet-50, and torchvision's Mask R-CNN
+(multi-scale detection training), all with random weights (no downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
 and shape schedules are in catalog.py.
 
@@ -525,6 +525,56 @@ class ResNetMultiscaleTraining(_Training):
         return F.cross_entropy(self.model(images), labels)
 
 
+class MaskRCNNTraining(_Training):
+    """Instance segmentation as torchvision's detection recipe trains it, multi-scale: torchvision's
+    Mask R-CNN (ResNet-50 FPN, random weights, trainable batch norm: no pretrained backbone), each
+    step resizing its images to a new shorter side (the model's transform, capped at `max_side`),
+    4 images of their own height and width, each with its own number of objects, their boxes and
+    masks (filled boxes) and labels. Unlike the other loops: a batch of images of different sizes
+    padded to one tensor, proposals and detections whose counts follow the data, per-object mask
+    targets, and many small tensors in every step."""
+
+    def __init__(self, params, shapes, seed):
+        from torchvision.models.detection import maskrcnn_resnet50_fpn
+
+        model = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=params["classes"],
+                                      min_size=params["min_sides"][0], max_size=params["max_side"])
+        super().__init__(model, shapes)
+        self.classes = params["classes"]
+        self.seed = seed
+
+    def _batch(self, i, images):
+        """The step's images (on the GPU) and their targets: the same under every allocator."""
+        generator = torch.Generator().manual_seed(self.seed * 100003 + i)
+        pixels = torch.Generator(device="cuda").manual_seed(self.seed * 100003 + i)
+        inputs, targets = [], []
+        for height, width, objects in zip(images[0::3], images[1::3], images[2::3]):
+            inputs.append(torch.rand(3, height, width, device="cuda", generator=pixels))
+            extent = torch.tensor([width, height], dtype=torch.float32)
+            corner = torch.rand(objects, 2, generator=generator) * (extent - 32)
+            size = 16 + torch.rand(objects, 2, generator=generator) * (extent - corner - 16)
+            boxes = torch.cat([corner, corner + size], 1).cuda()
+            xs = torch.arange(width, device="cuda")[None, None, :]
+            ys = torch.arange(height, device="cuda")[None, :, None]
+            b = boxes[:, :, None, None]
+            masks = ((xs >= b[:, 0]) & (xs < b[:, 2]) & (ys >= b[:, 1]) & (ys < b[:, 3])).to(torch.uint8)
+            labels = torch.randint(1, self.classes, (objects,), generator=generator).cuda()
+            targets.append({"boxes": boxes, "labels": labels, "masks": masks})
+        return inputs, targets
+
+    def step(self, i):
+        side, *images = self.shapes[i]
+        self.model.transform.min_size = (side,)
+        inputs, targets = self._batch(i, images)
+        with torch.autocast("cuda", dtype=AUTOCAST):
+            losses = self.model(inputs, targets)
+            loss = sum(losses.values())
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss = loss.detach()
+
+
 def build(spec, shapes, seed):
     """The workload named by catalog entry `spec`, with the per-step `shapes` (spec.shapes())."""
     torch.manual_seed(seed)
@@ -541,6 +591,8 @@ def build(spec, shapes, seed):
         return CausalLMTraining(mixtral_model(size), size, shapes)
     if spec.name == "timm-resnet-multiscale":
         return ResNetMultiscaleTraining(shapes)
+    if spec.name == "tv-maskrcnn-train":
+        return MaskRCNNTraining(spec.params, shapes, seed)
     if spec.name == "hf-t5-train":
         return T5Training(size, shapes)
     if spec.name == "hf-bert-mlm-fp16":
