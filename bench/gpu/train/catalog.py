@@ -319,6 +319,11 @@ WORKLOADS = {w.name: w for w in (
              {"size": LLAMA, "gpu_memory_utilization": 0.9, "block_size": 16, "max_tokens": 4096, "max_seqs": 128,
               "initial": 32, "arrivals": (0, 0, 0, 0, 0, 0, 1, 2), "min_prompt": 32, "max_prompt": 2048,
               "multiple": 16, "min_new": 16, "max_new": 384}),
+    Workload("hf-wav2vec2-ctc", "transformers wav2vec 2.0 base (~95M) from a config, CTC fine-tuning on raw "
+             "16 kHz audio, bf16 autocast, each step's batch padded to a new length of 2-16 s, 160 s of audio "
+             "a step", 80, 10, ("transformers",), "tokens",
+             {"token_budget": 160 * 16000, "min_len": 2 * 16000, "max_len": 16 * 16000, "multiple": 4000,
+              "vocab": 32, "labels_per_second": 12}),
     Workload("tv-maskrcnn-train", "torchvision Mask R-CNN (ResNet-50 FPN) from its constructor, bf16 autocast, "
              "multi-scale training: each step a new resize side and 4 images of their own size with their own "
              "number of objects (boxes and masks)", 80, 10, ("torchvision",), "detection",

@@ -3,8 +3,8 @@ a decoder-only transformer in plain torch (GPT; also with activation checkpointi
 accumulation, with its activations offloaded to host memory on a copy stream, and compiled by
 torch.compile with dynamic shapes), transformers' Llama (training, generation, both in one
 reinforcement-learning loop, and served as vLLM serves it: a KV cache sized from the free memory,
-continuously batched steps), Mixtral, T5 and BERT (masked-language modelling in fp16 with a
-GradScaler) built from configs, timm's ViT-B/16 and ResNet-50, and torchvision's Mask R-CNN
+continuously batched steps), Mixtral, T5, BERT (masked-language modelling in fp16 with a
+GradScaler) and wav2vec 2.0 (CTC on raw audio) built from configs, timm's ViT-B/16 and ResNet-50, and torchvision's Mask R-CNN
 (multi-scale detection training), all with random weights (no downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
 and shape schedules are in catalog.py.
@@ -525,6 +525,43 @@ class ResNetMultiscaleTraining(_Training):
         return F.cross_entropy(self.model(images), labels)
 
 
+class Wav2Vec2CTCTraining(_Training):
+    """Speech recognition fine-tuning as transformers' CTC example runs it: wav2vec 2.0 base (a
+    convolutional feature encoder over raw 16 kHz audio, then a transformer; SpecAugment's time masks
+    on), random weights, a CTC head over a 32-symbol vocabulary. Each step a batch padded to a new
+    length (catalog "tokens": batch x samples within a budget of samples), each utterance's own length
+    from half the padded length up (zeros after it) and its own transcript length. Unlike the text
+    loops: the feature encoder's activations run to hundreds of thousands of frames per utterance
+    before the transformer sees 50 a second, and the CTC loss works in float32."""
+
+    def __init__(self, params, shapes, seed):
+        from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+        fields = dict(vocab_size=params["vocab"], ctc_loss_reduction="mean", pad_token_id=0)
+        try:
+            model = Wav2Vec2ForCTC(Wav2Vec2Config(**fields, attn_implementation="sdpa"))
+        except (ValueError, ImportError):  # a transformers whose wav2vec 2.0 has no SDPA path
+            model = Wav2Vec2ForCTC(Wav2Vec2Config(**fields, attn_implementation="eager"))
+        super().__init__(model, shapes)
+        self.vocab = params["vocab"]
+        self.labels_per_second = params["labels_per_second"]
+        self.seed = seed
+        self.steps_run = 0
+
+    def loss_of(self, batch, samples):
+        # The same utterances under every allocator: seeded by the step.
+        generator = torch.Generator().manual_seed(self.seed * 100003 + self.steps_run)
+        self.steps_run += 1
+        lengths = torch.randint(samples // 2, samples + 1, (batch,), generator=generator)
+        lengths[0] = samples
+        audio = torch.randn(batch, samples, generator=generator)
+        audio *= (torch.arange(samples)[None, :] < lengths[:, None])
+        label_lengths = (lengths * self.labels_per_second // 16000).clamp(min=1)
+        labels = torch.randint(1, self.vocab, (batch, int(label_lengths.max())), generator=generator)
+        labels[torch.arange(labels.shape[1])[None, :] >= label_lengths[:, None]] = -100
+        return self.model(input_values=audio.cuda(non_blocking=True), labels=labels.cuda(non_blocking=True)).loss
+
+
 class MaskRCNNTraining(_Training):
     """Instance segmentation as torchvision's detection recipe trains it, multi-scale: torchvision's
     Mask R-CNN (ResNet-50 FPN, random weights, trainable batch norm: no pretrained backbone), each
@@ -591,6 +628,8 @@ def build(spec, shapes, seed):
         return CausalLMTraining(mixtral_model(size), size, shapes)
     if spec.name == "timm-resnet-multiscale":
         return ResNetMultiscaleTraining(shapes)
+    if spec.name == "hf-wav2vec2-ctc":
+        return Wav2Vec2CTCTraining(spec.params, shapes, seed)
     if spec.name == "tv-maskrcnn-train":
         return MaskRCNNTraining(spec.params, shapes, seed)
     if spec.name == "hf-t5-train":
