@@ -101,8 +101,8 @@ TEST(ReplayNearCapacity, AServerWhoseKvCacheFillsTheDeviceRunsSteadyOnAGpuAHundr
 
 // Mask R-CNN trained multi-scale (traces/tv_maskrcnn_train.csv.gz, recorded on an H100): a new
 // resize side and images of their own size and object count each step, so each step's requests
-// differ in size from the last. On a device two hundredths larger than its peak in use the limit is
-// met in every pass; nothing fails.
+// differ in size from the last. On a device two hundredths larger than its peak in use the pool
+// meets the device's limit in its first two passes and settles in the third; nothing fails.
 TEST(ReplayNearCapacity, AMultiScaleDetectionLoopFailsNothingOnAGpuTwoHundredthsLargerThanItsPeak) {
   expect_no_failure_on_a_tight_device("tv_maskrcnn_train.csv.gz", 1.02);
 }

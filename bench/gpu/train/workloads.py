@@ -4,8 +4,9 @@ accumulation, with its activations offloaded to host memory on a copy stream, an
 torch.compile with dynamic shapes), transformers' Llama (training, generation, both in one
 reinforcement-learning loop, and served as vLLM serves it: a KV cache sized from the free memory,
 continuously batched steps), Mixtral, T5, BERT (masked-language modelling in fp16 with a
-GradScaler) and wav2vec 2.0 (CTC on raw audio) built from configs, timm's ViT-B/16 and ResNet-50, and torchvision's Mask R-CNN
-(multi-scale detection training), all with random weights (no downloads).
+GradScaler) and wav2vec 2.0 (CTC on raw audio) built from configs, timm's ViT-B/16 and ResNet-50,
+and torchvision's Mask R-CNN (multi-scale detection training), all with random weights (no
+downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
 and shape schedules are in catalog.py.
 
