@@ -597,6 +597,10 @@ def test_report_gives_what_each_allocator_held_after_release():
                      live_at_release_bytes=2 << 30, held_after_compact_bytes=(33 << 30) // 16, compact_seconds=0.0125)
     assert report.held_after_release([compacted]) == [
         "  gpt-vary: held after release tidepool 2.25 GiB (2.06 GiB after compact(), 12.5 ms) (live 2.00 GiB)"]
+    refused = dict(common, allocator="tidepool", held_after_release_bytes=(9 << 30) // 4,
+                   live_at_release_bytes=2 << 30, compact_error="TidepoolError: not with alias_free_handles")
+    assert report.held_after_release([refused]) == [
+        "  gpt-vary: held after release tidepool 2.25 GiB (compact() refused) (live 2.00 GiB)"]
 
 
 def test_held_after_release_empties_the_cache_first_and_reads_the_allocators_own_figure():
@@ -643,6 +647,19 @@ def test_held_after_release_empties_the_cache_first_and_reads_the_allocators_own
     assert figures["compact_returned_bytes"] == (5 << 29) - (2 << 30)
     assert figures["compact_seconds"] >= 0
     assert calls[-1] == ("compact", 0)
+
+    class AliasingTidepool(Tidepool):  # compact() refuses (alias_free_handles): release's figure stays
+        mapped = 5 << 29
+
+        @classmethod
+        def compact(cls, device):
+            raise RuntimeError("tidepool: compact does not support alias_free_handles (device 0)")
+
+    figures = train_bench._held_after_release(fake_torch, AliasingTidepool, 0)
+    assert figures["held_after_release_bytes"] == 5 << 29
+    assert figures["live_at_release_bytes"] == 2 << 30
+    assert "alias_free_handles" in figures["compact_error"]
+    assert "held_after_compact_bytes" not in figures
 
 
 def test_use_pluggable_async_routes_torch_to_the_named_library(monkeypatch):

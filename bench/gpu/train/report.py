@@ -216,6 +216,7 @@ def held_after_release(results):
                  f"{r['held_after_release_bytes'] / GiB:.2f} GiB"
                  + (f" ({r['held_after_compact_bytes'] / GiB:.2f} GiB after compact(), "
                     f"{r['compact_seconds'] * 1000:.1f} ms)" if r.get("held_after_compact_bytes") is not None else "")
+                 + (" (compact() refused)" if r.get("compact_error") else "")
                  for r in runs]
         live = [r["live_at_release_bytes"] for r in runs if r.get("live_at_release_bytes") is not None]
         live_text = f" (live {max(live) / GiB:.2f} GiB)" if live else ""
