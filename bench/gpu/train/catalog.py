@@ -341,7 +341,8 @@ WORKLOADS = {w.name: w for w in (
 # traces/hf_llama_serve.csv.gz, the server's 400 engine steps, with --workloads hf-llama-serve on an
 # H100: its KV cache is sized from the device it runs on.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
-            "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile")
+            "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile",
+            "tv-maskrcnn-train", "hf-wav2vec2-ctc")
 
 
 def parse_names(text, known, what):
