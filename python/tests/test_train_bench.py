@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -31,7 +32,7 @@ def test_no_module_the_launchers_import_needs_torch():
 
 
 @pytest.mark.parametrize("name", ["gpt-vary", "gpt-small-vary", "hf-llama-train", "hf-mixtral-train",
-                                  "gpt-compile", "hf-bert-mlm-fp16", "hf-wav2vec2-ctc"])
+                                  "gpt-compile", "hf-bert-mlm-fp16", "hf-wav2vec2-ctc", "peft-llama-lora"])
 def test_token_budget_shapes_are_seeded_and_within_budget(name):
     spec = catalog.WORKLOADS[name]
     p = spec.params
@@ -147,6 +148,31 @@ def test_detection_schedule_gives_each_image_its_own_size_and_objects():
     assert len({side for side, *_ in shapes}) > 5  # the resize side changes from step to step
     assert len(set(images)) > 0.9 * len(images)  # nearly every image has a shape of its own
     assert len({objects for *_, objects in images}) > 20
+
+
+def test_mesh_schedule_fills_each_step_with_meshes_of_their_own_resolution():
+    spec = catalog.WORKLOADS["pyg-meshgraphnet"]
+    p = spec.params
+    shapes = spec.shapes(0, spec.steps)
+    assert shapes == spec.shapes(0, spec.steps) and shapes != spec.shapes(1, spec.steps)
+    assert shapes[:20] == spec.shapes(0, 20)
+    meshes, nodes_per_step = [], []
+    for step in shapes:
+        assert step and len(step) % 2 == 0
+        grids = list(zip(step[0::2], step[1::2]))
+        for rows, columns in grids:
+            assert p["min_side"] <= rows <= p["max_side"] and p["min_side"] <= columns <= p["max_side"]
+        nodes = sum(rows * columns for rows, columns in grids)
+        # Within the budget, but for a step whose one mesh is larger than it.
+        assert nodes <= p["node_budget"] or len(grids) == 1
+        meshes += grids
+        nodes_per_step.append(nodes)
+    assert len(set(meshes)) > 0.9 * len(meshes)  # nearly every mesh has a resolution of its own
+    assert len({len(step) for step in shapes}) > 2  # the number of meshes changes from step to step
+    assert len(set(nodes_per_step)) > 0.9 * len(nodes_per_step)  # so does the step's node count
+    with_one_large_mesh = catalog.mesh_schedule(random.Random(0), 5, {**p, "node_budget": 10, "min_side": 4,
+                                                                      "max_side": 4})
+    assert with_one_large_mesh == [(4, 4)] * 5  # a mesh larger than the budget still makes a step
 
 
 def test_multiscale_schedule_fits_each_step_to_the_pixel_budget():

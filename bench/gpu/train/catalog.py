@@ -128,6 +128,26 @@ class BertSize:
     max_position_embeddings: int
 
 
+# ~0.85B parameters (TinyLlama's width, 16 layers): the frozen base of the LoRA workload, held in bf16.
+LLAMA_1B = LlamaSize(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=32,
+                     num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshGraphNetSize:
+    """The encode-process-decode graph network of the mesh workload (workloads.MeshGraphNet)."""
+
+    node_features: int
+    edge_features: int
+    hidden: int
+    blocks: int
+    outputs: int
+
+
+# MeshGraphNets' shape (Pfaff et al., 2021): 128 wide, the processor's blocks each an edge and a node MLP.
+MESH_GRAPH_NET = MeshGraphNetSize(node_features=12, edge_features=3, hidden=128, blocks=10, outputs=2)
+
+
 # ~110M parameters (bert-base's shape): an encoder whose sequences are at most 512 tokens.
 BERT_BASE = BertSize(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                      vocab_size=30522, max_position_embeddings=512)
@@ -151,7 +171,8 @@ class Workload:
     # "multiscale"; "seq2seq": (batch, source, target); "accumulate": micro-batches of "tokens";
     # "rollout": (batch, prompt, completion), the batch fitted to a budget of prompt + completion tokens;
     # "serve": (decoding sequences, prompt lengths prefilled...) per engine step (serve_schedule);
-    # "detection": (resize side, then height, width, objects of each image) per step
+    # "detection": (resize side, then height, width, objects of each image) per step;
+    # "meshes": (rows, columns of each mesh) per step, within a budget of nodes (mesh_schedule)
     params: dict
 
     def shapes(self, seed, steps):
@@ -192,6 +213,8 @@ class Workload:
             return serve_schedule(rng, steps, p)
         if self.schedule == "detection":
             return detection_schedule(rng, steps, p)
+        if self.schedule == "meshes":
+            return mesh_schedule(rng, steps, p)
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
@@ -257,6 +280,24 @@ def detection_schedule(rng, steps, p):
         step = [rng.choice(p["min_sides"])]
         for _ in range(p["batch"]):
             step += [rng.choice(sides), rng.choice(sides), rng.randint(1, p["max_objects"])]
+        schedule.append(tuple(step))
+    return schedule
+
+
+def mesh_schedule(rng, steps, p):
+    """The batches of a mesh-based simulator's training loop (MeshGraphNets-style): each step as many
+    meshes as fit `node_budget` nodes (at least one), each a grid of its own rows and columns
+    (`min_side` to `max_side` each, any count), as a dataset of simulations of different
+    resolutions gives them. Returns per step (rows, columns, rows, columns, ...)."""
+    schedule = []
+    for _ in range(steps):
+        step, nodes = [], 0
+        while True:
+            rows, columns = rng.randint(p["min_side"], p["max_side"]), rng.randint(p["min_side"], p["max_side"])
+            if step and nodes + rows * columns > p["node_budget"]:
+                break
+            step += [rows, columns]
+            nodes += rows * columns
         schedule.append(tuple(step))
     return schedule
 
@@ -329,6 +370,14 @@ WORKLOADS = {w.name: w for w in (
              "number of objects (boxes and masks)", 80, 10, ("torchvision",), "detection",
              {"batch": 4, "min_sides": tuple(range(480, 801, 32)), "max_side": 1333, "min_image": 384,
               "max_image": 1024, "multiple": 32, "max_objects": 40, "classes": 91}),
+    Workload("peft-llama-lora", "transformers Llama ~0.85B from a config, frozen in bf16, fine-tuned through "
+             "peft's LoRA adapters (rank 16 on every projection) with gradient checkpointing, bf16 autocast, new "
+             "sequence length each step, 16k tokens", 80, 10, ("transformers", "peft"), "tokens",
+             {"size": LLAMA_1B, **_TOKENS_16K, "rank": 16}),
+    Workload("pyg-meshgraphnet", "a MeshGraphNets-style simulator on PyTorch Geometric's MessagePassing "
+             "(encoder, 10 edge-and-node blocks, decoder), bf16 autocast, each step a new set of meshes of "
+             "their own resolution within 100k nodes, about 6 edges a node", 80, 10, ("torch_geometric",),
+             "meshes", {"size": MESH_GRAPH_NET, "node_budget": 100_000, "min_side": 60, "max_side": 240}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),
@@ -339,7 +388,9 @@ WORKLOADS = {w.name: w for w in (
 # traces/hf_llama_rl.csv.gz, 40 steps, with --workloads hf-llama-rl: its generation makes 7.4M
 # history entries, so its params raise record_traces.py's bound, history_entries;
 # traces/hf_llama_serve.csv.gz, the server's 400 engine steps, with --workloads hf-llama-serve on an
-# H100: its KV cache is sized from the device it runs on.)
+# H100: its KV cache is sized from the device it runs on. peft-llama-lora and pyg-meshgraphnet are
+# recorded with --workloads and not bundled: the repository already sits near the 64 MiB a GPU
+# machine's copy of the tree may hold, docs/RESULTS.md section 0.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile",
             "tv-maskrcnn-train", "hf-wav2vec2-ctc")

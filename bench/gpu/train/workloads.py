@@ -4,9 +4,10 @@ accumulation, with its activations offloaded to host memory on a copy stream, an
 torch.compile with dynamic shapes), transformers' Llama (training, generation, both in one
 reinforcement-learning loop, and served as vLLM serves it: a KV cache sized from the free memory,
 continuously batched steps), Mixtral, T5, BERT (masked-language modelling in fp16 with a
-GradScaler) and wav2vec 2.0 (CTC on raw audio) built from configs, timm's ViT-B/16 and ResNet-50,
-and torchvision's Mask R-CNN (multi-scale detection training), all with random weights (no
-downloads).
+GradScaler) and wav2vec 2.0 (CTC on raw audio) built from configs, Llama fine-tuned through peft's
+LoRA adapters, timm's ViT-B/16 and ResNet-50, torchvision's Mask R-CNN (multi-scale detection
+training) and a MeshGraphNets-style simulator on PyTorch Geometric (meshgraphnet.py), all with
+random weights (no downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
 and shape schedules are in catalog.py.
 
@@ -81,10 +82,14 @@ class _Training:
         self.model = model.cuda().train()
         self.shapes = shapes
         self.params = _parameter_count(self.model)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.1)
+        # Only what trains: all of a model's weights, but for a frozen base under adapters (LoRA).
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.1)
         self.loss = None
 
     def step(self, i):
+        # Kept for loops whose data is seeded by the step, the same under every allocator.
+        self.step_index = i
         with torch.autocast("cuda", dtype=AUTOCAST):
             loss = self.loss_of(*self.shapes[i])
         loss.backward()
@@ -299,6 +304,33 @@ class LlamaCheckpointAccumulate(_AccumulatedTraining):
 
     def loss_of(self, batch, length):
         return causal_lm_loss(self.model, self.vocab, batch, length)
+
+
+class LlamaLoRATraining(_Training):
+    """Parameter-efficient fine-tuning as peft's and most fine-tuning recipes run it: transformers'
+    Llama frozen in bf16, peft's LoRA adapters (in float32, peft's default) on every attention and
+    MLP projection with dropout on their inputs, transformers' gradient checkpointing on, AdamW over
+    the adapters alone. Unlike full training: no optimizer state or gradients beside the frozen
+    weights, so the step's activations, recomputed a layer at a time, and the logits are nearly all
+    that changes size."""
+
+    def __init__(self, size, shapes, rank):
+        from peft import LoraConfig, get_peft_model
+
+        model = llama_model(size).to(torch.bfloat16)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        adapters = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.05, task_type="CAUSAL_LM",
+                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                              "down_proj"])
+        super().__init__(get_peft_model(model, adapters), shapes)
+        self.vocab = size.vocab_size
+        self.trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+
+    def loss_of(self, batch, length):
+        return causal_lm_loss(self.model, self.vocab, batch, length)
+
+    def info(self):
+        return {**super().info(), "trainable_params": self.trainable}
 
 
 class LlamaGeneration:
@@ -547,12 +579,10 @@ class Wav2Vec2CTCTraining(_Training):
         self.vocab = params["vocab"]
         self.labels_per_second = params["labels_per_second"]
         self.seed = seed
-        self.steps_run = 0
 
     def loss_of(self, batch, samples):
         # The same utterances under every allocator: seeded by the step.
-        generator = torch.Generator().manual_seed(self.seed * 100003 + self.steps_run)
-        self.steps_run += 1
+        generator = torch.Generator().manual_seed(self.seed * 100003 + self.step_index)
         lengths = torch.randint(samples // 2, samples + 1, (batch,), generator=generator)
         lengths[0] = samples
         audio = torch.randn(batch, samples, generator=generator)
@@ -600,17 +630,32 @@ class MaskRCNNTraining(_Training):
             targets.append({"boxes": boxes, "labels": labels, "masks": masks})
         return inputs, targets
 
-    def step(self, i):
-        side, *images = self.shapes[i]
+    def loss_of(self, side, *images):
+        # Making the batch under autocast changes nothing: none of its calls is an autocast op.
         self.model.transform.min_size = (side,)
-        inputs, targets = self._batch(i, images)
-        with torch.autocast("cuda", dtype=AUTOCAST):
-            losses = self.model(inputs, targets)
-            loss = sum(losses.values())
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.loss = loss.detach()
+        inputs, targets = self._batch(self.step_index, images)
+        return sum(self.model(inputs, targets).values())
+
+
+class MeshGraphNetTraining(_Training):
+    """A learned mesh-based simulator trained as MeshGraphNets is (meshgraphnet.py: PyG's
+    MessagePassing and Batch), a next-step loss over every node of the step's meshes. Unlike the
+    other loops: per-edge activations (about 6 edges a node) whose row counts follow the step's
+    meshes node for node, gathers and scatter-sums over the edge index, and the batch collated on
+    the host and copied over every step."""
+
+    def __init__(self, size, shapes, seed):
+        import meshgraphnet
+
+        self.meshes = meshgraphnet
+        super().__init__(meshgraphnet.MeshGraphNet(size), shapes)
+        self.size = size
+        self.seed = seed
+
+    def loss_of(self, *grids):
+        batch = self.meshes.mesh_batch(list(zip(grids[0::2], grids[1::2])), self.size,
+                                       self.seed * 100003 + self.step_index)
+        return F.mse_loss(self.model(batch.x, batch.edge_index, batch.edge_attr).float(), batch.y)
 
 
 def build(spec, shapes, seed):
@@ -633,6 +678,10 @@ def build(spec, shapes, seed):
         return Wav2Vec2CTCTraining(spec.params, shapes, seed)
     if spec.name == "tv-maskrcnn-train":
         return MaskRCNNTraining(spec.params, shapes, seed)
+    if spec.name == "peft-llama-lora":
+        return LlamaLoRATraining(size, shapes, spec.params["rank"])
+    if spec.name == "pyg-meshgraphnet":
+        return MeshGraphNetTraining(size, shapes, seed)
     if spec.name == "hf-t5-train":
         return T5Training(size, shapes)
     if spec.name == "hf-bert-mlm-fp16":
