@@ -24,13 +24,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 report=${REPORT:-${OUT:-$root/build}/report.html}
 mkdir -p "$(dirname "$report")"
 tool="$root/build/tools/tidepool"
-"$tool" view "$root"/traces/*.csv.gz -o "$report" "$@"
+"$tool" view "$root"/traces/*.csv.{gz,xz} -o "$report" "$@"
 echo
 echo "=== The experimental option alias_free_handles (replay --alias) on the bundled traces, beside expandable segments"
-"$tool" replay "$root"/traces/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --alias
+"$tool" replay "$root"/traces/*.csv.{gz,xz} --allocators tidepool,expandable --passes 3 --brief --alias
 echo
 echo "=== On a GPU a tenth larger than each trace's peak in use (replay --capacity 1.10x), beside expandable segments"
-"$tool" replay "$root"/traces/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --capacity 1.10x
+"$tool" replay "$root"/traces/*.csv.{gz,xz} --allocators tidepool,expandable --passes 3 --brief --capacity 1.10x
 
 seeds=${UNSEEN_SEEDS-1 2 3 4 5 6 7 8 9 10}
 [ -n "$seeds" ] || exit 0
@@ -46,4 +46,4 @@ echo "=== Workloads tidepool was not tuned on (seeds: $seeds; the loader's seed 
 "$tool" replay "$unseen"/*.csv.gz --allocators tidepool,expandable --passes 3 --brief
 echo
 echo "=== The bundled traces and those workloads with the GPU 50 ms behind the program (replay --gpu-lag-ms 50), beside expandable segments"
-"$tool" replay "$root"/traces/*.csv.gz "$unseen"/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --gpu-lag-ms 50
+"$tool" replay "$root"/traces/*.csv.{gz,xz} "$unseen"/*.csv.gz --allocators tidepool,expandable --passes 3 --brief --gpu-lag-ms 50

@@ -39,6 +39,8 @@ import argparse
 import bisect
 import csv
 import gzip
+import lzma
+import os
 
 MiB = 1 << 20
 PAGE = 2 * MiB
@@ -374,7 +376,7 @@ def held_over_live(rows, model, **alias_options):
 
 
 def read_rows(path):
-    opener = gzip.open if path.endswith(".gz") else open
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(os.path.splitext(path)[1], open)
     with opener(path, "rt") as f:
         return [(r["Action"], r["Pointer"], int(r["Size"])) for r in csv.DictReader(f)]
 
@@ -382,7 +384,7 @@ def read_rows(path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("traces", nargs="+", help="RMM replay logs (CSV, plain or gzip)")
+    parser.add_argument("traces", nargs="+", help="RMM replay logs (CSV, plain, gzip or xz)")
     parser.add_argument("--models", default="single,caching", help="comma-separated, from " + ",".join(MODELS))
     parser.add_argument("--passes", type=int, default=1, help="passes of each trace through one allocator")
     parser.add_argument("--alias-slack", type=float, default=ALIAS_SLACK,

@@ -211,3 +211,17 @@ def test_the_command_prints_each_pass_and_refuses_bad_options(tmp_path, capsys):
     for bad in (["--passes", "0"], ["--alias-slack", "-0.1"], ["--alias-handle-mib", "3"]):
         with pytest.raises(SystemExit):
             models.main(bad + [str(trace)])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".csv.xz"])
+def test_traces_are_read_plain_gzip_or_xz(tmp_path, suffix):
+    import gzip
+    import lzma
+
+    text = ("Thread,Time,Action,Pointer,Size,Stream\n0,0.1,allocate,0x1000,4096,0x0\n"
+            "0,0.2,free,0x1000,4096,0x0\n")
+    path = tmp_path / f"t{suffix}"
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
+    with opener(path, "wt") as f:
+        f.write(text)
+    assert models.read_rows(str(path)) == [("allocate", "0x1000", 4096), ("free", "0x1000", 4096)]

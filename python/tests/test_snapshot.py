@@ -3,6 +3,7 @@ torch.cuda.memory._snapshot(), no torch needed) converted to an RMM replay log, 
 and, where the C++ tool is built, read back by `tidepool replay`."""
 
 import gzip
+import lzma
 import os
 import pickle
 import subprocess
@@ -47,14 +48,15 @@ def test_converts_allocs_and_completed_frees_with_streams(tmp_path):
     assert rows[2].split(",")[1] == "22:13:20.000123"  # time of day of time_us (UTC)
 
 
-def test_command_line_writes_plain_and_gzip_logs(tmp_path):
+def test_command_line_writes_plain_gzip_and_xz_logs(tmp_path):
     pickle_path = tmp_path / "snap.pickle"
     pickle_path.write_bytes(pickle.dumps(_snapshot()))
-    for name in ("out.csv", "out.csv.gz"):
+    for name in ("out.csv", "out.csv.gz", "out.csv.xz"):
         out = tmp_path / name
         assert snapshot_module.main([str(pickle_path), str(out)]) == 0
         raw = out.read_bytes()
-        text = (gzip.decompress(raw) if name.endswith(".gz") else raw).decode()
+        decompress = {".gz": gzip.decompress, ".xz": lzma.decompress}.get(out.suffix, bytes)
+        text = decompress(raw).decode()
         lines = text.splitlines()
         assert lines[0] == "Thread,Time,Action,Pointer,Size,Stream"
         assert len(lines) == 5

@@ -1,5 +1,6 @@
-// Reading RMM replay logs through zlib, which reads plain and gzip files alike, with a check of
-// every field and of the allocation state (no free of a dead pointer, no double allocation).
+// Reading RMM replay logs through zlib, which reads plain and gzip files alike, or through
+// xz_input for xz files, with a check of every field and of the allocation state (no free of a
+// dead pointer, no double allocation).
 #include "replay/trace_reader.hpp"
 
 #include <zlib.h>
@@ -104,7 +105,12 @@ trace_reader::trace_reader(const std::filesystem::path& path, std::size_t larges
   // that cannot be opened.
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) errno = EISDIR;
-  file_ = errno == 0 ? gzopen(path.c_str(), "rb") : nullptr;
+  if (errno == 0) open_xz_if_xz();
+  file_ = errno == 0 && xz_ == nullptr ? gzopen(path.c_str(), "rb") : nullptr;
+  if (xz_ != nullptr) {
+    check_header();
+    return;
+  }
   if (file_ == nullptr) {
     // gzopen fails on open(2) (errno says why) or when zlib has no memory (errno 0).
     throw error(error_code::invalid_argument,
@@ -121,6 +127,24 @@ trace_reader::trace_reader(const std::filesystem::path& path, std::size_t larges
   }
 }
 
+void trace_reader::open_xz_if_xz() {
+  std::FILE* file = std::fopen(path_.c_str(), "rb");
+  if (file == nullptr) return;  // errno says why; gzopen is not tried
+  std::array<char, 6> magic{};
+  const std::size_t got = std::fread(magic.data(), 1, magic.size(), file);
+  if (!detail::xz_input::starts_xz(std::string_view(magic.data(), got))) {
+    std::fclose(file);
+    errno = 0;
+    return;
+  }
+  std::rewind(file);
+  try {
+    xz_ = std::make_unique<detail::xz_input>(file);  // owns the file, and closes it if it throws
+  } catch (const error& e) {
+    throw error(e.code(), fmt::format("{}: {}", path_.string(), e.what()));
+  }
+}
+
 trace_reader::~trace_reader() {
   if (file_ != nullptr) gzclose(static_cast<gzFile>(file_));
 }
@@ -131,6 +155,7 @@ void trace_reader::fail(const std::string& what) const {
 
 bool trace_reader::read_line(std::string& out) {
   out.clear();
+  if (xz_ != nullptr) return read_xz_line(out);
   std::array<char, 512> buffer{};
   auto* f = static_cast<gzFile>(file_);
   while (gzgets(f, buffer.data(), static_cast<int>(buffer.size())) != nullptr) {
@@ -151,6 +176,18 @@ bool trace_reader::read_line(std::string& out) {
                          : fmt::format("cannot decompress ({})", message));
   }
   if (out.empty()) return false;
+  unterminated_ = out.back() != '\n';
+  ++line_;
+  return true;
+}
+
+bool trace_reader::read_xz_line(std::string& out) {
+  switch (xz_->read_line(out)) {
+    case detail::xz_input::result::line: break;
+    case detail::xz_input::result::end: return false;
+    case detail::xz_input::result::truncated: truncated_ = true; return false;
+    case detail::xz_input::result::error: ++line_; fail(xz_->error_message());
+  }
   unterminated_ = out.back() != '\n';
   ++line_;
   return true;

@@ -1,4 +1,4 @@
-// replay/trace_reader.hpp: reads RMM replay logs, plain or gzip-compressed, row by row.
+// replay/trace_reader.hpp: reads RMM replay logs, plain, gzip- or xz-compressed, row by row.
 //
 // The reader checks every row as it goes and stops at the first bad one with a tidepool::error
 // (code invalid_argument) whose message names the file and line: a wrong header, a wrong number
@@ -8,8 +8,9 @@
 // A file that cannot be opened or read is an error that says why (the system's reason).
 //
 // A recording cut short (a killed process: tidepool's recorder streams its file) is read up to
-// its last whole row: a gzip stream that ends early is the end of the input, and an unterminated
-// last line that does not parse (or a last line of a cut gzip stream) is dropped; truncated() says so.
+// its last whole row: a gzip or xz stream that ends early is the end of the input, and an
+// unterminated last line that does not parse (or a last line of a cut stream) is dropped;
+// truncated() says so. xz needs a build with liblzma (replay/xz_input.hpp); one without says so.
 #pragma once
 
 #include <filesystem>
@@ -18,10 +19,12 @@
 #include <unordered_map>
 
 #include "replay/trace.hpp"
+#include "replay/xz_input.hpp"
 
 namespace tidepool::replay {
 
-/// Streams the rows of one log file. Gzip input is recognised by its content, not its name.
+/// Streams the rows of one log file. Gzip and xz input are recognised by their content, not their
+/// names.
 class trace_reader {
  public:
   /// Opens `path`, reads and checks the header. Throws tidepool::error if it cannot. An
@@ -38,17 +41,22 @@ class trace_reader {
   /// Line number of the row read last (the header is line 1).
   [[nodiscard]] std::size_t line() const noexcept { return line_; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-  /// Whether the file ended early (a cut gzip stream, or a cut last line that was dropped).
+  /// Whether the file ended early (a cut gzip or xz stream, or a cut last line that was dropped).
   [[nodiscard]] bool truncated() const noexcept { return truncated_; }
 
  private:
   [[noreturn]] void fail(const std::string& what) const;
+  // Opens path_ as xz into xz_ where its first bytes say it is xz; errno is set where it cannot
+  // be opened at all.
+  void open_xz_if_xz();
   bool read_line(std::string& out);
+  bool read_xz_line(std::string& out);
   void check_header();
   void parse_row(const std::string& row, trace_event& event);
 
   std::filesystem::path path_;
-  void* file_ = nullptr;  // gzFile, kept opaque so zlib.h stays out of this header
+  void* file_ = nullptr;  // gzFile (plain and gzip input), kept opaque so zlib.h stays out of this header
+  std::unique_ptr<detail::xz_input> xz_;  // xz input instead
   std::size_t line_ = 0;
   std::size_t largest_allocation_;
   bool unterminated_ = false;  // the line read last had no newline: the file's last

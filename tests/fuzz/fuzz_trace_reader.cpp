@@ -1,7 +1,8 @@
-// libFuzzer target: the trace reader (src/replay/trace_reader) on any bytes, plain or gzip (the
-// reader recognises gzip by content). It must read rows or stop with a tidepool::error naming the
-// file and line; anything else (another exception, a crash, a sanitizer report) is a bug. A trace
-// that reads whole is written back and must read back identically (the writer's promise).
+// libFuzzer target: the trace reader (src/replay/trace_reader) on any bytes, plain, gzip or xz
+// (the reader recognises gzip and xz by content). It must read rows or stop with a tidepool::error
+// naming the file and line; anything else (another exception, a crash, a sanitizer report) is a
+// bug. A trace that reads whole is written back and must read back identically (the writer's
+// promise).
 #include <sys/mman.h>
 #include <unistd.h>
 

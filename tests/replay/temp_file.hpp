@@ -1,8 +1,11 @@
 // tests/replay/temp_file.hpp: a file under the test's temporary folder, removed afterwards, and a
-// helper that writes text to it (plain or gzip-compressed).
+// helper that writes text to it (plain, gzip- or, where the build has liblzma, xz-compressed).
 #pragma once
 
 #include <zlib.h>
+#if TIDEPOOL_HAVE_LZMA
+#include <lzma.h>
+#endif
 
 #include <cstdio>
 #include <filesystem>
@@ -30,9 +33,26 @@ class temp_file {
 
   [[nodiscard]] const std::filesystem::path& path() const { return path_; }
 
-  /// Writes `text`, compressed when the path ends in .gz.
+  /// Writes `text`, compressed when the path ends in .gz or .xz (.xz only in a build with
+  /// liblzma: the test fails otherwise).
   void write(const std::string& text) const {
-    if (path_.extension() == ".gz") {
+    if (path_.extension() == ".xz") {
+#if TIDEPOOL_HAVE_LZMA
+      std::string packed(lzma_stream_buffer_bound(text.size()), '\0');
+      std::size_t packed_size = 0;
+      ASSERT_EQ(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC64, nullptr, reinterpret_cast<const std::uint8_t*>(text.data()),
+                                        text.size(), reinterpret_cast<std::uint8_t*>(packed.data()), &packed_size,
+                                        packed.size()),
+                LZMA_OK);
+      packed.resize(packed_size);
+      std::FILE* f = std::fopen(path_.c_str(), "wb");
+      ASSERT_NE(f, nullptr);
+      ASSERT_EQ(std::fwrite(packed.data(), 1, packed.size(), f), packed.size());
+      ASSERT_EQ(std::fclose(f), 0);
+#else
+      FAIL() << "this build has no liblzma to write " << path_;
+#endif
+    } else if (path_.extension() == ".gz") {
       gzFile f = gzopen(path_.c_str(), "wb");
       ASSERT_NE(f, nullptr);
       ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));

@@ -1,14 +1,16 @@
-// Reading RMM replay logs: valid plain and gzip files, and each kind of malformed input, whose
+// Reading RMM replay logs: valid plain, gzip and xz files, and each kind of malformed input, whose
 // error names the file and the line.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "replay/trace_reader.hpp"
+#include "replay/xz_input.hpp"
 #include "temp_file.hpp"
 #include "tidepool/errors.hpp"
 
@@ -32,13 +34,15 @@ std::string read_error(const std::string& text, const std::string& suffix = ".cs
   return {};
 }
 
-TEST(TraceReader, ReadsPlainAndGzipLogs) {
+TEST(TraceReader, ReadsPlainGzipAndXzLogs) {
   const std::string text = header +
                            "0,08:50:46.808154,allocate,0x7efeb4000000,154389504,0x0\n"
                            "3,08:50:46.900000,allocate,0x10,512,0x7f00aa\n"
                            "1,08:50:47.000001,free,0x7efeb4000000,154389504,0x0\n"
                            "0,08:50:47.5,allocate failure,0x0,1099511627776,0x0\n";
-  for (const std::string suffix : {".csv", ".csv.gz"}) {
+  std::vector<std::string> suffixes = {".csv", ".csv.gz"};
+  if (detail::xz_input::available()) suffixes.emplace_back(".csv.xz");
+  for (const std::string& suffix : suffixes) {
     temp_file file(suffix);
     file.write(text);
     const trace t = read_trace(file.path());
@@ -151,6 +155,78 @@ TEST(TraceReader, RejectsACorruptGzipFile) {
   f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
   f.close();
   EXPECT_THROW((void)read_trace(file.path()), error);
+}
+
+// Two hundred rows, each with its own size (1001, 1002, ...): what a cut file kept is checkable.
+std::string numbered_rows() {
+  std::string rows = header;
+  for (int i = 1; i <= 200; ++i) rows += fmt::format("0,0.{},allocate,{:#x},{},0x0\n", i, i * 4096, 1000 + i);
+  return rows;
+}
+
+// xz is read by content, whatever the name, as gzip is; a stream cut short reads up to its last
+// whole row, as a cut gzip stream does; damage is an error that names the file and the line.
+TEST(TraceReader, ReadsXzByContentAndACutXzStreamUpToItsLastWholeRow) {
+  if (!detail::xz_input::available()) GTEST_SKIP() << "this build has no liblzma";
+  temp_file file(".csv.xz");
+  file.write(numbered_rows());
+  const std::filesystem::path renamed = file.path().string() + ".csv";
+  std::filesystem::copy_file(file.path(), renamed);
+  const trace whole = read_trace(renamed);
+  std::filesystem::remove(renamed);
+  EXPECT_FALSE(whole.truncated);
+  ASSERT_EQ(whole.events.size(), 200u);
+  EXPECT_EQ(whole.events[199].size, 1200u);
+  std::filesystem::resize_file(file.path(), std::filesystem::file_size(file.path()) / 2);
+  const trace t = read_trace(file.path());
+  EXPECT_TRUE(t.truncated);
+  EXPECT_LT(t.events.size(), 200u);
+  for (std::size_t i = 0; i < t.events.size(); ++i) EXPECT_EQ(t.events[i].size, 1001 + i);
+}
+
+TEST(TraceReader, RejectsACorruptXzFile) {
+  if (!detail::xz_input::available()) GTEST_SKIP() << "this build has no liblzma";
+  temp_file file(".csv.xz");
+  file.write(numbered_rows());
+  std::fstream f(file.path(), std::ios::in | std::ios::out | std::ios::binary);
+  const auto size = static_cast<std::streamoff>(std::filesystem::file_size(file.path()));
+  f.seekp(size / 2);
+  const std::string junk(32, '\xff');
+  f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  f.close();
+  try {
+    (void)read_trace(file.path());
+    ADD_FAILURE() << "a corrupt xz file was read";
+  } catch (const error& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+    const std::string message = e.what();
+    EXPECT_NE(message.find(file.path().string() + ":"), std::string::npos) << message;
+    EXPECT_NE(message.find("cannot decompress (corrupt xz data)"), std::string::npos) << message;
+  }
+}
+
+// An xz file in a build without liblzma is refused with what to do about it; with liblzma, an xz
+// header followed by nothing else is a cut stream with no row.
+TEST(TraceReader, AnXzFileSaysWhatTheBuildLacksOrIsReadAsCut) {
+  temp_file file(".csv.xz");
+  {
+    std::ofstream out(file.path(), std::ios::binary);
+    out.write("\xFD" "7zXZ\0", 6);
+  }
+  try {
+    (void)read_trace(file.path());
+    ADD_FAILURE() << "six bytes of xz magic read as a trace";
+  } catch (const error& e) {
+    const std::string message = e.what();
+    if (detail::xz_input::available()) {
+      EXPECT_EQ(e.code(), error_code::invalid_argument);
+      EXPECT_NE(message.find("empty file"), std::string::npos) << message;
+    } else {
+      EXPECT_EQ(e.code(), error_code::unavailable);
+      EXPECT_NE(message.find("liblzma-dev"), std::string::npos) << message;
+    }
+    EXPECT_NE(message.find(file.path().string()), std::string::npos) << message;
+  }
 }
 
 TEST(TraceReader, DropsAPlainLastLineCutShortButKeepsAWholeOneWithoutNewline) {

@@ -385,15 +385,15 @@ WORKLOADS = {w.name: w for w in (
 
 # Those whose traces record_traces.py records by default: the training loops of 80 steps or more.
 # (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads;
-# traces/hf_llama_rl.csv.gz, 40 steps, with --workloads hf-llama-rl: its generation makes 7.4M
+# traces/hf_llama_rl.csv.xz, 40 steps, with --workloads hf-llama-rl: its generation makes 7.4M
 # history entries, so its params raise record_traces.py's bound, history_entries;
 # traces/hf_llama_serve.csv.gz, the server's 400 engine steps, with --workloads hf-llama-serve on an
-# H100: its KV cache is sized from the device it runs on. peft-llama-lora and pyg-meshgraphnet are
-# recorded with --workloads and not bundled: the repository already sits near the 64 MiB a GPU
-# machine's copy of the tree may hold, docs/RESULTS.md section 0.)
+# H100: its KV cache is sized from the device it runs on. The largest traces are kept as .csv.xz,
+# recompressed from what record_traces.py writes (`zcat T.csv.gz | xz -9`): half gzip's size, so
+# that the repository stays small enough to be copied whole to a GPU machine.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile",
-            "tv-maskrcnn-train", "hf-wav2vec2-ctc")
+            "tv-maskrcnn-train", "hf-wav2vec2-ctc", "peft-llama-lora", "pyg-meshgraphnet")
 
 
 def parse_names(text, known, what):
