@@ -126,15 +126,16 @@ TEST(TraceReader, RejectsAllocatingALivePointerAgain) {
   EXPECT_EQ(read_error(header + "0,0.0,allocate,0xabc,8,0x0\n0,0.0,free,0xabc,8,0x0\n0,0.0,allocate,0xabc,8,0x0\n"), "");
 }
 
-// A gzip stream cut short is a recording whose process was killed (tidepool's recorder streams
-// its file): it reads up to its last whole row and says it was cut.
-TEST(TraceReader, ReadsAGzipStreamCutShortUpToItsLastWholeRow) {
-  temp_file file(".csv.gz");
+// Two hundred rows, each with its own size (1001, 1002, ...): what a cut file kept is checkable.
+std::string numbered_rows() {
   std::string rows = header;
   for (int i = 1; i <= 200; ++i) rows += fmt::format("0,0.{},allocate,{:#x},{},0x0\n", i, i * 4096, 1000 + i);
-  file.write(rows);
-  EXPECT_FALSE(read_trace(file.path()).truncated);
-  // Cut the compressed stream in its middle.
+  return rows;
+}
+
+// Cuts a compressed file in its middle, as a killed recording leaves it, and reads it: its rows up
+// to the last whole one, marked truncated.
+void expect_a_cut_file_read_up_to_its_last_whole_row(const temp_file& file) {
   std::filesystem::resize_file(file.path(), std::filesystem::file_size(file.path()) / 2);
   const trace t = read_trace(file.path());
   EXPECT_TRUE(t.truncated);
@@ -142,26 +143,29 @@ TEST(TraceReader, ReadsAGzipStreamCutShortUpToItsLastWholeRow) {
   for (std::size_t i = 0; i < t.events.size(); ++i) EXPECT_EQ(t.events[i].size, 1001 + i);
 }
 
-TEST(TraceReader, RejectsACorruptGzipFile) {
-  temp_file file(".csv.gz");
-  std::string rows = header;
-  for (int i = 1; i <= 200; ++i) rows += fmt::format("0,0.{},allocate,{:#x},{},0x0\n", i, i * 4096, 1000 + i);
-  file.write(rows);
-  // Overwrite the middle of the compressed data: not a cut, damage.
+// Overwrites the middle of a compressed file: not a cut, damage.
+void damage_the_middle(const temp_file& file) {
   std::fstream f(file.path(), std::ios::in | std::ios::out | std::ios::binary);
   const auto size = static_cast<std::streamoff>(std::filesystem::file_size(file.path()));
   f.seekp(size / 2);
   const std::string junk(32, '\xff');
   f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
-  f.close();
-  EXPECT_THROW((void)read_trace(file.path()), error);
 }
 
-// Two hundred rows, each with its own size (1001, 1002, ...): what a cut file kept is checkable.
-std::string numbered_rows() {
-  std::string rows = header;
-  for (int i = 1; i <= 200; ++i) rows += fmt::format("0,0.{},allocate,{:#x},{},0x0\n", i, i * 4096, 1000 + i);
-  return rows;
+// A gzip stream cut short is a recording whose process was killed (tidepool's recorder streams
+// its file): it reads up to its last whole row and says it was cut.
+TEST(TraceReader, ReadsAGzipStreamCutShortUpToItsLastWholeRow) {
+  temp_file file(".csv.gz");
+  file.write(numbered_rows());
+  EXPECT_FALSE(read_trace(file.path()).truncated);
+  expect_a_cut_file_read_up_to_its_last_whole_row(file);
+}
+
+TEST(TraceReader, RejectsACorruptGzipFile) {
+  temp_file file(".csv.gz");
+  file.write(numbered_rows());
+  damage_the_middle(file);
+  EXPECT_THROW((void)read_trace(file.path()), error);
 }
 
 // xz is read by content, whatever the name, as gzip is; a stream cut short reads up to its last
@@ -177,23 +181,14 @@ TEST(TraceReader, ReadsXzByContentAndACutXzStreamUpToItsLastWholeRow) {
   EXPECT_FALSE(whole.truncated);
   ASSERT_EQ(whole.events.size(), 200u);
   EXPECT_EQ(whole.events[199].size, 1200u);
-  std::filesystem::resize_file(file.path(), std::filesystem::file_size(file.path()) / 2);
-  const trace t = read_trace(file.path());
-  EXPECT_TRUE(t.truncated);
-  EXPECT_LT(t.events.size(), 200u);
-  for (std::size_t i = 0; i < t.events.size(); ++i) EXPECT_EQ(t.events[i].size, 1001 + i);
+  expect_a_cut_file_read_up_to_its_last_whole_row(file);
 }
 
 TEST(TraceReader, RejectsACorruptXzFile) {
   if (!detail::xz_input::available()) GTEST_SKIP() << "this build has no liblzma";
   temp_file file(".csv.xz");
   file.write(numbered_rows());
-  std::fstream f(file.path(), std::ios::in | std::ios::out | std::ios::binary);
-  const auto size = static_cast<std::streamoff>(std::filesystem::file_size(file.path()));
-  f.seekp(size / 2);
-  const std::string junk(32, '\xff');
-  f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
-  f.close();
+  damage_the_middle(file);
   try {
     (void)read_trace(file.path());
     ADD_FAILURE() << "a corrupt xz file was read";
