@@ -55,7 +55,7 @@ class trace_reader {
   void parse_row(const std::string& row, trace_event& event);
 
   std::filesystem::path path_;
-  void* file_ = nullptr;  // gzFile (plain and gzip input), kept opaque so zlib.h stays out of this header
+  void* file_ = nullptr;                  // gzFile (plain and gzip input), opaque: no zlib.h here
   std::unique_ptr<detail::xz_input> xz_;  // xz input instead
   std::size_t line_ = 0;
   std::size_t largest_allocation_;

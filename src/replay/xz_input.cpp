@@ -1,10 +1,11 @@
-// Decoding xz files for trace_reader through liblzma (where the build found it: TIDEPOOL_HAVE_LZMA),
-// a buffer of decoded bytes at a time, handed out line by line.
+// Decoding xz files for trace_reader through liblzma (where the build found it:
+// TIDEPOOL_HAVE_LZMA), a buffer of decoded bytes at a time, handed out line by line.
 #include "replay/xz_input.hpp"
 
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -54,10 +55,16 @@ std::string lzma_failure(lzma_ret code) {
 
 }  // namespace
 
-xz_input::xz_input(std::FILE* file) : file_(file), decoder_(std::make_unique<decoder>()) {
+xz_input::xz_input(std::FILE* file) : file_(file) {
   // Every stream of a concatenated file. The memory limit is four times what xz -9's 64 MiB
   // dictionary needs: a damaged or hostile header cannot make the decoder take gigabytes.
-  const lzma_ret started = lzma_stream_decoder(&decoder_->stream, memory_limit_bytes, LZMA_CONCATENATED);
+  lzma_ret started = LZMA_MEM_ERROR;
+  try {
+    decoder_ = std::make_unique<decoder>();
+    started = lzma_stream_decoder(&decoder_->stream, memory_limit_bytes, LZMA_CONCATENATED);
+  } catch (const std::bad_alloc&) {
+    // started stays LZMA_MEM_ERROR: refused below like any decoder that cannot start.
+  }
   if (started != LZMA_OK) {
     std::fclose(file_);
     file_ = nullptr;
