@@ -1,7 +1,7 @@
 // A recorded training loop replayed again through the same pool lays out as it did the first time:
 // which free block serves a request depends only on the free blocks, not on the order they were
 // freed in (free_index.hpp). On the loop with activation checkpointing and gradient accumulation
-// (traces/gpt_ckpt_accum.csv.gz, recorded on the H200), taking the block of exactly the asked size
+// (traces/gpt_ckpt_accum.csv.xz, recorded on the H200), taking the block of exactly the asked size
 // that was freed last made the second pass hold more than the first, and more than expandable
 // segments. The reinforcement-learning loop (traces/hf_llama_rl.csv.xz: generation with a KV cache
 // grown token by token, then a gradient step, in one process) is held to the same, and so is the
@@ -44,11 +44,12 @@ void expect_second_pass_as_first(const std::string& name) {
 }
 
 TEST(ReplayLaterPasses, ACheckpointedLoopHoldsInItsSecondPassWhatItHeldInItsFirst) {
-  expect_second_pass_as_first("gpt_ckpt_accum.csv.gz");
+  TIDEPOOL_SKIP_UNLESS_READABLE("gpt_ckpt_accum.csv.xz");
+  expect_second_pass_as_first("gpt_ckpt_accum.csv.xz");
 }
 
 TEST(ReplayLaterPasses, AnRLLoopHoldsInItsSecondPassWhatItHeldInItsFirst) {
-  if (!detail::xz_input::available()) GTEST_SKIP() << "this build has no liblzma to read hf_llama_rl.csv.xz";
+  TIDEPOOL_SKIP_UNLESS_READABLE("hf_llama_rl.csv.xz");
   expect_second_pass_as_first("hf_llama_rl.csv.xz");
 }
 

@@ -82,7 +82,8 @@ TEST(ReplayNearCapacity, ASmallModelsLoopFailsNothingOnAGpuATenthLargerThanItsPe
 }
 
 TEST(ReplayNearCapacity, AGenerationLoopFailsNothingOnAGpuATwentiethLargerThanItsPeak) {
-  expect_no_failure_on_a_tight_device("hf_llama_generate.csv.gz", 1.05);
+  TIDEPOOL_SKIP_UNLESS_READABLE("hf_llama_generate.csv.xz");
+  expect_no_failure_on_a_tight_device("hf_llama_generate.csv.xz", 1.05);
 }
 
 // Its cheapest growth often joins a free block above the room as well as one below: handing back
@@ -120,7 +121,7 @@ TEST(ReplayNearCapacity, ASpeechLoopFailsNothingOnAGpuTwoHundredthsLargerThanIts
 // best fit holds 1.17x its peak in use. On a device a hundredth larger than that peak nothing fails
 // (expandable segments fail 44 allocations there).
 TEST(ReplayNearCapacity, ALoRAFineTuningLoopFailsNothingOnAGpuAHundredthLargerThanItsPeak) {
-  if (!detail::xz_input::available()) GTEST_SKIP() << "this build has no liblzma to read peft_llama_lora.csv.xz";
+  TIDEPOOL_SKIP_UNLESS_READABLE("peft_llama_lora.csv.xz");
   expect_no_failure_on_a_tight_device("peft_llama_lora.csv.xz", 1.01);
 }
 
@@ -131,7 +132,8 @@ TEST(ReplayNearCapacity, ALoRAFineTuningLoopFailsNothingOnAGpuAHundredthLargerTh
 // (by its fourth before the keep-whole rule at the limit, which cuts the calls of the first three:
 // section 0, "Splits at the device's limit").
 TEST(ReplayNearCapacity, ACheckpointedLlamaLoopSettlesOnAGpuATenthLargerThanItsPeak) {
-  const trace t = read_bundled_trace("hf_llama_ckpt_accum.csv.gz");
+  TIDEPOOL_SKIP_UNLESS_READABLE("hf_llama_ckpt_accum.csv.xz");
+  const trace t = read_bundled_trace("hf_llama_ckpt_accum.csv.xz");
   replay_options options;
   options.passes = 5;
   const replay_result pool = replay_trace(t, "tidepool", device_for(t, 1.10), options);
@@ -160,7 +162,8 @@ TEST(ReplayNearCapacity, AVariableLengthGptLoopFailsNothingOnAGpuATwentiethLarge
 // bytes and every allocation succeeds (docs/RESULTS.md, section 0, "Compaction on the
 // out-of-memory path").
 TEST(ReplayNearCapacity, CompactionOnTheOutOfMemoryPathServesWhatWouldFailOnAGpuAFiftiethLargerThanItsPeak) {
-  const trace t = read_bundled_trace("hf_llama_generate.csv.gz");
+  TIDEPOOL_SKIP_UNLESS_READABLE("hf_llama_generate.csv.xz");
+  const trace t = read_bundled_trace("hf_llama_generate.csv.xz");
   replay_options options;
   options.passes = 3;
   options.gpu_lag_us = 50'000.0;

@@ -384,7 +384,7 @@ WORKLOADS = {w.name: w for w in (
 )}
 
 # Those whose traces record_traces.py records by default: the training loops of 80 steps or more.
-# (traces/hf_llama_generate.csv.gz, 12 rounds of generation, was recorded with --workloads;
+# (traces/hf_llama_generate.csv.xz, 12 rounds of generation, was recorded with --workloads;
 # traces/hf_llama_rl.csv.xz, 40 steps, with --workloads hf-llama-rl: its generation makes 7.4M
 # history entries, so its params raise record_traces.py's bound, history_entries;
 # traces/hf_llama_serve.csv.gz, the server's 400 engine steps, with --workloads hf-llama-serve on an

@@ -190,7 +190,7 @@ class GPTCheckpointAccumulate(_Training):
     shape of memory in most large-model training (a few activations kept per block, recomputation
     allocating and freeing a block's worth at a time, gradients living across micro-batches).
 
-    Its step is the loop recorded in traces/gpt_ckpt_accum.csv.gz, locals and all: `tokens` and
+    Its step is the loop recorded in traces/gpt_ckpt_accum.csv.xz, locals and all: `tokens` and
     `logits` keep each micro-batch's tokens and logits alive until the next micro-batch replaces
     them (its logits after its forward pass), and the last ones until the optimizer has stepped.
     Written as _AccumulatedTraining's step (logits freed with the loss function's frame, before the
