@@ -82,11 +82,9 @@ for f in ${PYTHON_GPU_TESTS:-}; do python_gpu_tests+=("$root/python/tests/gpu/$f
 [ ${#python_gpu_tests[@]} -gt 0 ] || python_gpu_tests=("$root/python/tests/gpu")
 step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
   python3 -m pytest -q -s --durations=15 "${python_gpu_tests[@]}"
-# The baselines that make one driver call per request (exact, cupy) take minutes on the recorded
-# training loops on a real GPU; the sim replay (scripts/main.sh) has them.
 # The GPU machines' image has liblzma but not its headers, so the tool built there reads no xz:
-# the xz traces are replayed from plain copies that Python's lzma makes (in the build folder: a
-# few hundred MB, not logs).
+# the xz traces are replayed from plain copies that Python's lzma makes (in the build folder:
+# about 500 MB, not in the logs).
 plain_traces=()
 if [[ $steps == *" replay-cuda "* ]]; then
   mkdir -p "$build/plain-traces"
@@ -96,6 +94,8 @@ if [[ $steps == *" replay-cuda "* ]]; then
       "$trace" "$plain" && plain_traces+=("$plain")
   done
 fi
+# The baselines that make one driver call per request (exact, cupy) take minutes on the recorded
+# training loops on a real GPU; the sim replay (scripts/main.sh) has them.
 step replay-cuda "$build/tools/tidepool" replay --device cuda --passes 2 --allocators tidepool,caching,expandable,async \
   "$root"/traces/*.csv.gz "${plain_traces[@]}"
 step train-bench env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONUNBUFFERED=1 \

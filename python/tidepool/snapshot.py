@@ -17,8 +17,8 @@ snapshots you trust.
 
 import argparse
 import gzip
-import lzma
 import io
+import lzma
 import pickle
 import sys
 
