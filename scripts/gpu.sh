@@ -83,8 +83,8 @@ for f in ${PYTHON_GPU_TESTS:-}; do python_gpu_tests+=("$root/python/tests/gpu/$f
 step python-gpu env TIDEPOOL_LIBRARY="$build/src/libtidepool.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1 \
   python3 -m pytest -q -s --durations=15 "${python_gpu_tests[@]}"
 # The GPU machines' image has liblzma but not its headers, so the tool built there reads no xz:
-# the xz traces are replayed from plain copies that Python's lzma makes (in the build folder:
-# about 500 MB, not in the logs).
+# the xz traces are replayed from plain copies that Python's lzma makes (in the build folder, not
+# in the logs: they are large).
 plain_traces=()
 if [[ $steps == *" replay-cuda "* ]]; then
   mkdir -p "$build/plain-traces"

@@ -92,7 +92,7 @@ def convert(snapshot, device=0):
 
 def write_log(rows, path):
     """Writes the header and `rows` to `path`, gzip-compressed when it ends in .gz, xz-compressed
-    when it ends in .xz (about half gzip's size: the form of the larger bundled traces)."""
+    when it ends in .xz (smaller than gzip: the form of the larger bundled traces)."""
     text = HEADER + "".join(rows)
     if str(path).endswith(".gz"):
         # mtime=0: the same snapshot always gives the same bytes.

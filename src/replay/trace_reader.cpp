@@ -106,11 +106,11 @@ trace_reader::trace_reader(const std::filesystem::path& path, std::size_t larges
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) errno = EISDIR;
   if (errno == 0) open_xz_if_xz();
-  file_ = errno == 0 && xz_ == nullptr ? gzopen(path.c_str(), "rb") : nullptr;
   if (xz_ != nullptr) {
     check_header();
     return;
   }
+  file_ = errno == 0 ? gzopen(path.c_str(), "rb") : nullptr;
   if (file_ == nullptr) {
     // gzopen fails on open(2) (errno says why) or when zlib has no memory (errno 0).
     throw error(error_code::invalid_argument,

@@ -75,18 +75,20 @@ xz_input::xz_input(std::FILE* file) : file_(file) {
 void xz_input::decode_more() {
   decoded_.erase(0, decoded_used_);
   decoded_used_ = 0;
-  std::array<char, chunk_bytes> out{};
+  // Decoded straight onto the end of decoded_, then cut back to what was decoded.
+  const std::size_t kept = decoded_.size();
+  decoded_.resize(kept + chunk_bytes);
   lzma_stream& stream = decoder_->stream;
-  stream.next_out = reinterpret_cast<std::uint8_t*>(out.data());
-  stream.avail_out = out.size();
-  while (stream.avail_out == out.size()) {  // until something is decoded, or the data ends
+  stream.next_out = reinterpret_cast<std::uint8_t*>(decoded_.data() + kept);
+  stream.avail_out = chunk_bytes;
+  while (stream.avail_out == chunk_bytes) {  // until something is decoded, or the data ends
     if (stream.avail_in == 0 && !decoder_->input_done) {
       stream.next_in = decoder_->in.data();
       stream.avail_in = std::fread(decoder_->in.data(), 1, decoder_->in.size(), file_);
       if (std::ferror(file_) != 0) {
         status_ = result::error;
         error_ = fmt::format("cannot read the trace: {}", std::strerror(errno));
-        return;
+        break;
       }
       decoder_->input_done = stream.avail_in == 0 || std::feof(file_) != 0;
     }
@@ -106,7 +108,7 @@ void xz_input::decode_more() {
       break;
     }
   }
-  decoded_.append(out.data(), out.size() - stream.avail_out);
+  decoded_.resize(kept + chunk_bytes - stream.avail_out);
 }
 
 #else  // no liblzma in this build

@@ -1,8 +1,9 @@
 // replay/xz_input.hpp: the lines of an xz-compressed file, decoded through liblzma, for
 // trace_reader.
 //
-// Bundled traces that gzip leaves large are kept as .csv.xz: xz stores a recorded loop in about
-// half gzip's bytes, and the repository must stay small enough to travel to a GPU machine whole.
+// Bundled traces that gzip leaves large are kept as .csv.xz: xz stores a recorded loop in far
+// fewer bytes than gzip (docs/RESULTS.md, section 0), and the repository must stay small enough
+// to travel to a GPU machine whole.
 // liblzma is optional at build time (CMake's FindLibLZMA): a build without it says so when it
 // meets an xz file, and reads plain and gzip files as before.
 #pragma once

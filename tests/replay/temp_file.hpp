@@ -45,10 +45,7 @@ class temp_file {
                                         packed.size()),
                 LZMA_OK);
       packed.resize(packed_size);
-      std::FILE* f = std::fopen(path_.c_str(), "wb");
-      ASSERT_NE(f, nullptr);
-      ASSERT_EQ(std::fwrite(packed.data(), 1, packed.size(), f), packed.size());
-      ASSERT_EQ(std::fclose(f), 0);
+      write_bytes(packed);
 #else
       FAIL() << "this build has no liblzma to write " << path_;
 #endif
@@ -58,14 +55,19 @@ class temp_file {
       ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
       ASSERT_EQ(gzclose(f), Z_OK);
     } else {
-      std::FILE* f = std::fopen(path_.c_str(), "wb");
-      ASSERT_NE(f, nullptr);
-      ASSERT_EQ(std::fwrite(text.data(), 1, text.size(), f), text.size());
-      ASSERT_EQ(std::fclose(f), 0);
+      write_bytes(text);
     }
   }
 
  private:
+  // Writes `bytes` as they are.
+  void write_bytes(const std::string& bytes) const {
+    std::FILE* f = std::fopen(path_.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    ASSERT_EQ(std::fclose(f), 0);
+  }
+
   static int& counter() {
     static int n = 0;
     return n;

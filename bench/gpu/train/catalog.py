@@ -389,8 +389,8 @@ WORKLOADS = {w.name: w for w in (
 # history entries, so its params raise record_traces.py's bound, history_entries;
 # traces/hf_llama_serve.csv.gz, the server's 400 engine steps, with --workloads hf-llama-serve on an
 # H100: its KV cache is sized from the device it runs on. The largest traces are kept as .csv.xz,
-# recompressed from what record_traces.py writes (`zcat T.csv.gz | xz -9`): half gzip's size, so
-# that the repository stays small enough to be copied whole to a GPU machine.)
+# recompressed from what record_traces.py writes (`zcat T.csv.gz | xz -9`): far smaller than gzip,
+# so that the repository stays small enough to be copied whole to a GPU machine.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile",
             "tv-maskrcnn-train", "hf-wav2vec2-ctc", "peft-llama-lora", "pyg-meshgraphnet")
