@@ -21,6 +21,18 @@
 // workloads need. The budget does not widen by itself: one that did while stealing went on drifted
 // far above both. The figures, and the frontier between held memory and driver time slack by
 // slack, are in docs/RESULTS.md.
+//
+// A growth streak, growths with no free between them (a model's weights loaded, an optimizer's
+// state made), maps each request exactly, a handle or two each, where expandable segments map
+// 20 MiB pages and serve the next requests from a page's rest. In a streak a large arena's growth
+// maps at least what the streak has mapped so far, up to one such page and up to 1/64 of peak in
+// use: the rest lies free at the frontier, where the streak's next request takes it, and what a
+// streak can leave unused at its end is no more than expandable segments leave of their last page
+// nor half the margin of DESIGN's 1.03 target. A free ends the streak, so the steps of a loop, whose
+// temporaries come and go between growths, grow exactly as before. Not at the device's limit, past
+// the growth budget, while aliasing, nor in a pool that gives its cache back by itself
+// (pool_options::release); a rounded growth the device or a byte cap refuses is made again
+// unrounded. What it saves and costs is in docs/RESULTS.md ("Growth streaks").
 #include <fmt/format.h>
 
 #include <limits>
@@ -31,6 +43,10 @@ namespace tidepool::detail {
 
 namespace {
 constexpr std::size_t preferred_stolen_handle_granules = 16;
+// The most a growth streak rounds a growth up to: PyTorch's expandable segments' page.
+constexpr std::size_t largest_streak_growth = std::size_t{20} << 20;
+// ...and to no more than this fraction of peak in use.
+constexpr std::size_t streak_rest_of_peak_inverse = 64;
 
 [[noreturn]] void throw_driver_failure(const char* what, int device, driver_status status) {
   throw error(error_code::driver_failure,
@@ -134,7 +150,7 @@ bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
   return true;
 }
 
-pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t slot) {
+pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t slot, bool round_streak) {
   std::size_t headroom_budget = std::numeric_limits<std::size_t>::max();
   if (!virtual_memory_) {
     const std::size_t segment = round_up(size, pages_.granularity());
@@ -171,10 +187,24 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   // alias spans whole handles, and granule handles, aliased in turn, refused the blocks around
   // them (the serving loop held 2.2x with them; docs/RESULTS.md).
   const bool aliasing = large && where.aliasing();
+  if (deallocations_ != deallocations_at_growth_) streak_bytes_ = 0;  // a free ended the streak
+  bool rounded = false;
+  if (round_streak && large && !aliasing && streak_bytes_ != 0 && !automatic_release_ && !pages_.at_limit() &&
+      w.above == nullptr) {
+    const std::size_t peak = std::max(peak_in_use_, in_use_ + lent_bytes_ + held_back_bytes_ + size);
+    const std::size_t streak_growth = std::min({round_up(streak_bytes_, g), round_up(largest_streak_growth, g),
+                                                round_down(peak / streak_rest_of_peak_inverse, g)});
+    const std::size_t bytes = std::min(std::max(w.map_bytes, streak_growth), w.room->size);
+    if (bytes > w.map_bytes && static_cast<double>(pages_.held_bytes() + bytes) <= growth_budget(size)) {
+      w.map_bytes = bytes;
+      rounded = true;
+    }
+  }
   const std::size_t largest_handle = pages_.largest_growth_handle(aliasing);
   const std::size_t last_handle = w.map_bytes % largest_handle;
   const bool small_last_handle = last_handle != 0 && last_handle <= g + largest_handle / 4;
-  const bool partial_end = large && !aliasing && size > have && (size - have) % g != 0 && !small_last_handle;
+  const bool partial_end =
+      large && !aliasing && !rounded && size > have && (size - have) % g != 0 && !small_last_handle;
   // The growth budget (pool_options::growth_slack): new handles up to it, stolen ones beyond.
   const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - growth_budget(size);
   const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);
@@ -288,10 +318,13 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
     (void)pages_.release(id);  // a failed release is kept by the page table and retried by release()
   }
   where.close_window(w, tick_);
+  deallocations_at_growth_ = deallocations_;
+  streak_bytes_ += mapped + new_bytes;
   if (aliasing) {
     where.note_alias_growth(pages_.held_bytes(), alias_budget(size), new_bytes, peak_in_use_);
   }
   if (failure != driver_status::success) throw_driver_failure(failed_call, device_, failure);
+  if (result == growth::no_memory && rounded) return grow(where, size, slot, false);
   return result;
 }
 

@@ -399,7 +399,9 @@ class pool_impl {
 
   // growth.cpp
   block* allocate_slow(arena& where, std::size_t size, std::size_t requested, stream_state& s);
-  growth grow(arena& where, std::size_t size, std::uint32_t slot);
+  /// Maps memory for a request of `size` on stream `slot` in `where` (see the top of growth.cpp);
+  /// with `round_streak` false, never more than the request lacks.
+  growth grow(arena& where, std::size_t size, std::uint32_t slot, bool round_streak = true);
   /// (1 + slack) * max(peak in use, in use + lent + size): what the budgets below share.
   [[nodiscard]] double budget_with(double slack, std::size_t size) const noexcept;
   /// The alias budget for a request of `size`: (1 + min(alias_slack, growth_slack)) * max(peak in
@@ -560,6 +562,10 @@ class pool_impl {
   std::size_t peak_requested_ = 0;
   std::uint64_t allocations_ = 0;
   std::uint64_t deallocations_ = 0;
+  // Growth streaks (growth.cpp): deallocations_ at the last growth, and the bytes mapped by the
+  // growths since the last free.
+  std::uint64_t deallocations_at_growth_ = ~std::uint64_t{0};
+  std::size_t streak_bytes_ = 0;
   std::uint64_t recoveries_ = 0;
   std::uint64_t free_sequence_ = 0;
   // Coarse time in milliseconds on the decay clock (release_policy::clock) since the pool's first

@@ -141,12 +141,14 @@ TEST(PoolRelease, LargeRequestsUseLargerHandles) {
   void* x = p.allocate(1024 * MiB);
   const std::uint64_t handles = p.stats().driver.of(driver_call::mem_create);
   EXPECT_LE(handles, 128u) << "1 GiB in handles of up to 8 MiB, not 512 of 2 MiB";
+  // No free between the two requests: a growth streak (growth.cpp), which maps 1/64 of peak in
+  // use for the 3 MiB, 16 MiB in one handle.
   void* y = p.allocate(3 * MiB);
-  EXPECT_LE(p.stats().driver.of(driver_call::mem_create) - handles, 2u) << "small growth stays in 2 MiB handles";
+  EXPECT_LE(p.stats().driver.of(driver_call::mem_create) - handles, 2u) << "small growth stays in small handles";
   p.deallocate(x);
   p.deallocate(y);
   const std::size_t returned = p.release();
-  EXPECT_EQ(returned, 1024 * MiB + 4 * MiB);
+  EXPECT_EQ(returned, 1024 * MiB + 16 * MiB);
   EXPECT_EQ(returned, p.stats().released_bytes);
 }
 
