@@ -22,17 +22,17 @@
 // far above both. The figures, and the frontier between held memory and driver time slack by
 // slack, are in docs/RESULTS.md.
 //
-// A growth streak, growths with no free between them (a model's weights loaded, an optimizer's
-// state made), maps each request exactly, a handle or two each, where expandable segments map
-// 20 MiB pages and serve the next requests from a page's rest. In a streak a large arena's growth
-// maps at least what the streak has mapped so far, up to one such page and up to 1/64 of peak in
-// use: the rest lies free at the frontier, where the streak's next request takes it, and what a
-// streak can leave unused at its end is no more than expandable segments leave of their last page
-// nor half the margin of DESIGN's 1.03 target. A free ends the streak, so the steps of a loop, whose
-// temporaries come and go between growths, grow exactly as before. Not at the device's limit, past
-// the growth budget, while aliasing, nor in a pool that gives its cache back by itself
-// (pool_options::release); a rounded growth the device or a byte cap refuses is made again
-// unrounded. What it saves and costs is in docs/RESULTS.md ("Growth streaks").
+// A growth streak is growths with no free between them (a model's weights loaded, an optimizer's
+// state made). Grown request by request it makes a handle or two per request, where expandable
+// segments map 20 MiB pages and serve the next requests from a page's rest. So in a streak a large
+// arena's growth maps at least what the streak has mapped so far, up to one such page and up to
+// 1/64 of peak in use: the rest lies free at the frontier, where the streak's next request takes
+// it, and what a streak can leave unused at its end is no more than expandable segments leave of
+// their last page nor half the margin of DESIGN's 1.03 target. A free ends the streak, so the steps
+// of a loop, whose temporaries come and go between growths, grow exactly as before. Not at the
+// device's limit, past the growth budget, while aliasing, nor in a pool that gives its cache back
+// by itself (pool_options::release); a rounded growth the device or a byte cap refuses is made
+// again unrounded. What it saves and costs is in docs/RESULTS.md ("Growth streaks").
 #include <fmt/format.h>
 
 #include <limits>

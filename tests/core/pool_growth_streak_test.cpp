@@ -60,7 +60,7 @@ TEST(PoolGrowthStreak, AModelLoadedWeightByWeightGrowsInFewHandlesAndLeavesAtMos
 }
 
 TEST(PoolGrowthStreak, AFreeBetweenGrowthsEndsTheStreak) {
-  auto sim = std::make_shared<sim_driver>(small_device(4096 * MiB, true));
+  auto sim = std::make_shared<sim_driver>(small_device(4096 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   std::vector<void*> loaded;
@@ -92,7 +92,7 @@ TEST(PoolGrowthStreak, ASmallPoolGrowsExactly) {
 }
 
 TEST(PoolGrowthStreak, APoolThatGivesItsCacheBackByItselfGrowsExactly) {
-  auto sim = std::make_shared<sim_driver>(small_device(4096 * MiB, true));
+  auto sim = std::make_shared<sim_driver>(small_device(4096 * MiB));
   pool_options options;
   options.release.max_cached_bytes = 8 * MiB;
   pool p(sim, 0, options);
