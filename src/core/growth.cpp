@@ -118,10 +118,14 @@ void pool_impl::leave_limit_if_device_has_room() {
   }
 }
 
-double pool_impl::budget_with(double slack, std::size_t size) const noexcept {
+std::size_t pool_impl::peak_with(std::size_t size) const noexcept {
   // Lent blocks count as in use: a thread's cache holds them for its next request; so do held-back
   // frees, which other streams' work still holds.
-  return (1.0 + slack) * static_cast<double>(std::max(peak_in_use_, in_use_ + lent_bytes_ + held_back_bytes_ + size));
+  return std::max(peak_in_use_, in_use_ + lent_bytes_ + held_back_bytes_ + size);
+}
+
+double pool_impl::budget_with(double slack, std::size_t size) const noexcept {
+  return (1.0 + slack) * static_cast<double>(peak_with(size));
 }
 
 double pool_impl::alias_budget(std::size_t size) const noexcept {
@@ -191,9 +195,8 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   bool rounded = false;
   if (round_streak && large && !aliasing && streak_bytes_ != 0 && !automatic_release_ && !pages_.at_limit() &&
       w.above == nullptr) {
-    const std::size_t peak = std::max(peak_in_use_, in_use_ + lent_bytes_ + held_back_bytes_ + size);
     const std::size_t streak_growth = std::min({round_up(streak_bytes_, g), round_up(largest_streak_growth, g),
-                                                round_down(peak / streak_rest_of_peak_inverse, g)});
+                                                round_down(peak_with(size) / streak_rest_of_peak_inverse, g)});
     const std::size_t bytes = std::min(std::max(w.map_bytes, streak_growth), w.room->size);
     if (bytes > w.map_bytes && static_cast<double>(pages_.held_bytes() + bytes) <= growth_budget(size)) {
       w.map_bytes = bytes;

@@ -402,7 +402,10 @@ class pool_impl {
   /// Maps memory for a request of `size` on stream `slot` in `where` (see the top of growth.cpp);
   /// with `round_streak` false, never more than the request lacks.
   growth grow(arena& where, std::size_t size, std::uint32_t slot, bool round_streak = true);
-  /// (1 + slack) * max(peak in use, in use + lent + size): what the budgets below share.
+  /// max(peak in use, in use + lent + held back + size): peak in use once a request of `size` is
+  /// served, what the budgets below and growth streaks scale with.
+  [[nodiscard]] std::size_t peak_with(std::size_t size) const noexcept;
+  /// (1 + slack) * peak_with(size): what the budgets below share.
   [[nodiscard]] double budget_with(double slack, std::size_t size) const noexcept;
   /// The alias budget for a request of `size`: (1 + min(alias_slack, growth_slack)) * max(peak in
   /// use, in use + lent + size).
