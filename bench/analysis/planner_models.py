@@ -24,7 +24,7 @@ Four layouts of the large requests:
 Prints peak held / peak live (held: the small space's top plus the large layout's top, in 2 MiB
 pages; live: the trace's own peak of bytes in use, requests rounded up to 512 bytes).
 
-    python3 bench/analysis/planner_models.py TRACE...
+    python3 bench/analysis/planner_models.py [--layouts best-fit,learned,...] TRACE...
 """
 
 import argparse
@@ -38,6 +38,7 @@ from best_fit_models import MiB, PAGE, Space, read_rows, round_up  # noqa: E402
 LARGE = MiB
 BUCKET = 4096  # events per bucket of the time index
 SMALLEST_STEP = 8  # large allocations: fewer between two floors are not a step to learn
+LAYOUTS = ("best-fit", "planned", "planned-steps", "learned")
 
 
 def blocks_of(rows):
@@ -313,7 +314,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("traces", nargs="+", help="RMM replay logs (CSV, plain, gzip or xz)")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS),
+                        help="comma-separated, from " + ",".join(LAYOUTS) + " (the oracles take minutes on the "
+                        "longest traces)")
     args = parser.parse_args(argv)
+    layouts = [name for name in args.layouts.split(",") if name]
+    unknown = [name for name in layouts if name not in LAYOUTS]
+    if unknown or not layouts:
+        parser.error(f"unknown layout(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(LAYOUTS)}")
     for path in args.traces:
         rows = read_rows(path)
         blocks, peak = blocks_of(rows)
@@ -321,18 +329,23 @@ def main(argv=None):
             print(f"{os.path.basename(path)}: no allocation", flush=True)
             continue
         small = small_space_top(blocks)
-        figures = {
-            "best-fit": round_up(best_fit_top(blocks), PAGE),
-            "planned": round_up(planned_top(blocks, len(rows)), PAGE),
-        }
-        steps_top, steps = planned_steps_top(blocks, len(rows))
-        figures["planned-steps"] = round_up(steps_top, PAGE)
-        learned, planned, fallback = learned_top(blocks, len(rows))
-        figures["learned"] = round_up(learned, PAGE)
+        horizon = len(rows)
+        figures = {}
+        notes = [f"{len(step_starts(blocks, horizon))} steps found"]
+        for name in layouts:
+            if name == "best-fit":
+                top = best_fit_top(blocks)
+            elif name == "planned":
+                top = planned_top(blocks, horizon)
+            elif name == "planned-steps":
+                top, _ = planned_steps_top(blocks, horizon)
+            else:
+                top, planned, fallback = learned_top(blocks, horizon)
+                notes.append(f"learned: {planned} allocations where planned, {fallback} by best fit")
+            figures[name] = round_up(top, PAGE)
         text = ", ".join(f"{name} {(small + top) / peak:.4f}" for name, top in figures.items())
-        print(f"{os.path.basename(path)}: peak held / peak live: {text} ({steps} steps found; "
-              f"learned: {planned} allocations where planned, {fallback} by best fit; "
-              f"small space {small / MiB:.0f} MiB, peak live {peak / MiB:.0f} MiB)", flush=True)
+        notes.append(f"small space {small / MiB:.0f} MiB, peak live {peak / MiB:.0f} MiB")
+        print(f"{os.path.basename(path)}: peak held / peak live: {text} ({'; '.join(notes)})", flush=True)
 
 
 if __name__ == "__main__":

@@ -115,3 +115,17 @@ def test_a_trace_with_no_allocation_is_said_so(tmp_path, capsys):
     path.write_text("Thread,Time,Action,Pointer,Size,Stream\n")
     models.main([str(path)])
     assert "empty.csv: no allocation" in capsys.readouterr().out
+
+
+def test_the_layouts_asked_for_are_the_ones_printed_and_an_unknown_one_is_refused(tmp_path, capsys):
+    path = tmp_path / "loop.csv"
+    with open(path, "w") as f:
+        f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+        for action, pointer, size in loop(6, lambda k: STEP):
+            f.write(f"0,0,{action},{pointer},{size},0x0\n")
+    models.main(["--layouts", "best-fit,learned", str(path)])
+    out = capsys.readouterr().out
+    assert "best-fit " in out and "learned " in out and "planned" not in out.split("(")[0]
+    with pytest.raises(SystemExit):
+        models.main(["--layouts", "best-fit,oracle", str(path)])
+    assert "unknown layout(s) oracle" in capsys.readouterr().err
