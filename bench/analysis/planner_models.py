@@ -6,7 +6,8 @@ Requests of 1 MiB and more (tidepool's large arena) are laid out in one address 
 below that go to a space of their own placed by best fit (best_fit_models.Space), as in tidepool.
 Four layouts of the large requests:
 
-  best-fit:  best_fit_models' `single` model (what tidepool and expandable segments reach).
+  best-fit:  best_fit_models' `small-apart` model: best fit, the small requests in a space of their
+             own (what tidepool and expandable segments reach).
   planned:   every large block's size and lifetime known in advance (an oracle): blocks placed
              largest first, each at the smallest gap between the blocks already placed that live
              at the same time, or above them all (greedy by size, the TensorFlow Lite planner's
