@@ -375,6 +375,15 @@ def held_over_live(rows, model, **alias_options):
     return replay(rows, model, 1, **alias_options)[0].ratio
 
 
+def names_from(parser, text, known, what):
+    """The comma-separated names of `text`, each one of `known`; anything else is the parser's error."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        parser.error(f"unknown {what}(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
+    return names
+
+
 def read_rows(path):
     opener = {".gz": gzip.open, ".xz": lzma.open}.get(os.path.splitext(path)[1], open)
     with opener(path, "rt") as f:
@@ -399,10 +408,7 @@ def main(argv=None):
     if args.alias_handle_mib < 2 or args.alias_handle_mib % 2:
         parser.error("--alias-handle-mib must be a positive multiple of 2")
     alias_options = {"handle": args.alias_handle_mib * MiB, "slack": args.alias_slack}
-    models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in models if m not in MODELS]
-    if unknown or not models:
-        parser.error(f"unknown model(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(MODELS)}")
+    models = names_from(parser, args.models, MODELS, "model")
     for path in args.traces:
         rows = read_rows(path)
         figures = []

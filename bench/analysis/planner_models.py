@@ -34,7 +34,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from best_fit_models import MiB, PAGE, Space, read_rows, round_up  # noqa: E402
+from best_fit_models import MiB, PAGE, Space, names_from, read_rows, round_up  # noqa: E402
 
 LARGE = MiB
 BUCKET = 4096  # events per bucket of the time index
@@ -319,10 +319,7 @@ def main(argv=None):
                         help="comma-separated, from " + ",".join(LAYOUTS) + " (the oracles take minutes on the "
                         "longest traces)")
     args = parser.parse_args(argv)
-    layouts = [name for name in args.layouts.split(",") if name]
-    unknown = [name for name in layouts if name not in LAYOUTS]
-    if unknown or not layouts:
-        parser.error(f"unknown layout(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(LAYOUTS)}")
+    layouts = names_from(parser, args.layouts, LAYOUTS, "layout")
     for path in args.traces:
         rows = read_rows(path)
         blocks, peak = blocks_of(rows)

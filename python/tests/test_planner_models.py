@@ -98,12 +98,17 @@ def test_a_step_larger_than_the_one_it_learned_from_falls_back_to_best_fit():
     assert planned == 1 + 12 * len(STEP) - by_best_fit
 
 
-def test_the_command_line_prints_every_layout(tmp_path, capsys):
-    path = tmp_path / "loop.csv"
+def write_loop_trace(path):
+    """Six identical steps of STEP as an RMM replay log at `path`."""
     with open(path, "w") as f:
         f.write("Thread,Time,Action,Pointer,Size,Stream\n")
         for action, pointer, size in loop(6, lambda k: STEP):
             f.write(f"0,0,{action},{pointer},{size},0x0\n")
+
+
+def test_the_command_line_prints_every_layout(tmp_path, capsys):
+    path = tmp_path / "loop.csv"
+    write_loop_trace(path)
     models.main([str(path)])
     out = capsys.readouterr().out
     for name in ("best-fit", "planned", "planned-steps", "learned"):
@@ -119,10 +124,7 @@ def test_a_trace_with_no_allocation_is_said_so(tmp_path, capsys):
 
 def test_the_layouts_asked_for_are_the_ones_printed_and_an_unknown_one_is_refused(tmp_path, capsys):
     path = tmp_path / "loop.csv"
-    with open(path, "w") as f:
-        f.write("Thread,Time,Action,Pointer,Size,Stream\n")
-        for action, pointer, size in loop(6, lambda k: STEP):
-            f.write(f"0,0,{action},{pointer},{size},0x0\n")
+    write_loop_trace(path)
     models.main(["--layouts", "best-fit,learned", str(path)])
     out = capsys.readouterr().out
     assert "best-fit " in out and "learned " in out and "planned" not in out.split("(")[0]
