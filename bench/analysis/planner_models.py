@@ -179,7 +179,7 @@ def planned_steps_top(blocks, horizon):
         # The blocks that outlive the step first (they stay where they go), then the step's own.
         for start, end, size, _ in sorted(step, key=lambda b: (b[1] < starts[k + 1], -b[2], b[0])):
             top = max(top, place(index, start, end, size))
-    return top, len(starts) - 1
+    return top
 
 
 class Occupancy:
@@ -336,7 +336,7 @@ def main(argv=None):
             elif name == "planned":
                 top = planned_top(blocks, horizon)
             elif name == "planned-steps":
-                top, _ = planned_steps_top(blocks, horizon)
+                top = planned_steps_top(blocks, horizon)
             else:
                 top, planned, fallback = learned_top(blocks, horizon)
                 notes.append(f"learned: {planned} allocations where planned, {fallback} by best fit")

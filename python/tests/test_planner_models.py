@@ -19,7 +19,7 @@ def held_over_live(rows):
     return {
         "best-fit": models.best_fit_top(blocks) / peak,
         "planned": models.planned_top(blocks, horizon) / peak,
-        "planned-steps": models.planned_steps_top(blocks, horizon)[0] / peak,
+        "planned-steps": models.planned_steps_top(blocks, horizon) / peak,
         "learned": models.learned_top(blocks, horizon)[0] / peak,
     }
 
