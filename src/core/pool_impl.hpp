@@ -407,11 +407,10 @@ class pool_impl {
   [[nodiscard]] std::size_t peak_with(std::size_t size) const noexcept;
   /// (1 + slack) * peak_with(size): what the budgets below share.
   [[nodiscard]] double budget_with(double slack, std::size_t size) const noexcept;
-  /// The alias budget for a request of `size`: (1 + min(alias_slack, growth_slack)) * max(peak in
-  /// use, in use + lent + size).
+  /// The alias budget for a request of `size`: (1 + min(alias_slack, growth_slack)) *
+  /// peak_with(size).
   [[nodiscard]] double alias_budget(std::size_t size) const noexcept;
-  /// The growth budget for a request of `size`: (1 + growth_slack) * max(peak in use, in use +
-  /// lent + size).
+  /// The growth budget for a request of `size`: (1 + growth_slack) * peak_with(size).
   [[nodiscard]] double growth_budget(std::size_t size) const noexcept;
   /// Whether mapping `size` more bytes would take held memory past the growth budget, so that
   /// growth must steal.
