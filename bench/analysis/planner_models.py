@@ -25,7 +25,10 @@ Four layouts of the large requests:
 Prints peak held / peak live (held: the small space's top plus the large layout's top, in 2 MiB
 pages; live: the trace's own peak of bytes in use, requests rounded up to 512 bytes).
 
-    python3 bench/analysis/planner_models.py [--layouts best-fit,learned,...] TRACE...
+With --excess, also where best fit's excess lies: the large space's last growth, the request that
+made it and the free blocks below the top when it came (best_fit_excess).
+
+    python3 bench/analysis/planner_models.py [--layouts best-fit,learned,...] [--excess] TRACE...
 """
 
 import argparse
@@ -311,6 +314,47 @@ def learned_top(blocks, horizon, window=4):
     return occupancy.top, planned, fallback
 
 
+class GrowthWatch(Space):
+    """A best-fit space that remembers its last growth: the request that made it and the free
+    blocks below the top at that moment (largest first)."""
+
+    def __init__(self):
+        super().__init__()
+        self.last_growth = None
+
+    def _grow(self, size):
+        pieces = sorted((free for free, _ in self.free), reverse=True)
+        super()._grow(size)
+        self.last_growth = (size, pieces)
+
+
+def best_fit_excess(blocks):
+    """Where best fit's excess over peak in use lies in the large space: (peak of large bytes in
+    use, the space's top, the request of the growth that last raised the top, the free blocks below
+    the top when it came, largest first). On the LLM loops that growth is the loss's full-size
+    logits meeting a hole of half their size (docs/RESULTS.md, section 0, "The LLM loops' excess")."""
+    events = []
+    for i, (start, end, _, is_large) in enumerate(blocks):
+        if is_large:
+            events.append((start, 1, i))
+            events.append((end, 0, i))
+    events.sort()
+    space = GrowthWatch()
+    address = {}
+    live = peak = 0
+    for _, is_alloc, i in events:
+        size = blocks[i][2]
+        if is_alloc:
+            address[i] = space.take(size)
+            live += size
+            peak = max(peak, live)
+        else:
+            space.release(address.pop(i), size)
+            live -= size
+    request, pieces = space.last_growth if space.last_growth else (0, [])
+    return peak, space.held, request, pieces
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -318,6 +362,9 @@ def main(argv=None):
     parser.add_argument("--layouts", default=",".join(LAYOUTS),
                         help="comma-separated, from " + ",".join(LAYOUTS) + " (the oracles take minutes on the "
                         "longest traces)")
+    parser.add_argument("--excess", action="store_true",
+                        help="also print where best fit's excess lies: the large space's last growth, its "
+                        "request and the free blocks below the top when it came")
     args = parser.parse_args(argv)
     layouts = names_from(parser, args.layouts, LAYOUTS, "layout")
     for path in args.traces:
@@ -344,6 +391,12 @@ def main(argv=None):
         text = ", ".join(f"{name} {(small + top) / peak:.4f}" for name, top in figures.items())
         notes.append(f"small space {small / MiB:.0f} MiB, peak live {peak / MiB:.0f} MiB")
         print(f"{os.path.basename(path)}: peak held / peak live: {text} ({'; '.join(notes)})", flush=True)
+        if args.excess:
+            large_peak, top, request, pieces = best_fit_excess(blocks)
+            largest = ", ".join(f"{piece / MiB:.1f}" for piece in pieces[:3]) or "none"
+            print(f"  best fit's large space: {large_peak / MiB:.0f} MiB in use at its peak, top {top / MiB:.0f} MiB; "
+                  f"the last growth, for {request / MiB:.1f} MiB, found free below the top {largest} MiB "
+                  f"(of {sum(pieces) / MiB:.1f} MiB free in {len(pieces)} pieces)", flush=True)
 
 
 if __name__ == "__main__":

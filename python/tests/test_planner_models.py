@@ -35,6 +35,24 @@ def test_a_plan_leaves_room_for_a_larger_block_where_best_fit_cannot():
     assert figures["planned"] == pytest.approx(1.0)
 
 
+def test_best_fits_excess_is_the_growth_that_met_a_hole_too_small():
+    # As above: the 8 MiB block finds only the 4 MiB hole below the long-lived block, and grows.
+    rows = [("allocate", "a", 4 * MiB), ("allocate", "b", 2 * MiB), ("free", "a", 0),
+            ("allocate", "c", 8 * MiB), ("free", "c", 0), ("free", "b", 0)]
+    blocks, _ = models.blocks_of(rows)
+    assert models.best_fit_excess(blocks) == (10 * MiB, 14 * MiB, 8 * MiB, [4 * MiB])
+
+
+def test_the_command_line_says_where_the_excess_lies(tmp_path, capsys):
+    path = tmp_path / "hole.csv"
+    path.write_text("Thread,Time,Action,Pointer,Size,Stream\n"
+                    f"0,0,allocate,a,{4 * MiB},0x0\n0,0,allocate,b,{2 * MiB},0x0\n0,0,free,a,0,0x0\n"
+                    f"0,0,allocate,c,{8 * MiB},0x0\n0,0,free,c,0,0x0\n0,0,free,b,0,0x0\n")
+    models.main(["--layouts", "best-fit", "--excess", str(path)])
+    out = capsys.readouterr().out
+    assert "10 MiB in use at its peak, top 14 MiB; the last growth, for 8.0 MiB, found free below the top 4.0 MiB" in out
+
+
 def test_blocks_that_never_live_together_share_addresses_in_a_plan():
     rows = []
     for k in range(5):
