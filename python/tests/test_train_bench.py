@@ -236,6 +236,7 @@ def test_tidepool_options():
 @pytest.mark.parametrize("argv", [["--tidepool-option", "x"], ["--workloads", "bert"], ["--allocators", "cuda"],
                                   ["--steps", "0"], ["--timeout", "0"], ["--repeats", "0"], ["--worker"],
                                   ["--memory-cap-gib", "0"], ["--memory-cap-gib", "lots"],
+                                  ["--untimed-run-steps", "1"], ["--untimed-run-steps", "-2"],
                                   ["--worker", "--workloads", "gpt-vary,gpt-fixed", "--allocators", "default"]])
 def test_bad_flags_are_refused_clearly(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -509,6 +510,33 @@ def test_launcher_reports_a_failed_workload_and_goes_on(tmp_path):
     summary = run.stdout.split("=== every workload")[1].splitlines()[2:6]
     assert [line.split()[:3] for line in summary] == [
         [r["workload"], r["allocator"], "error"] for r in results]
+
+
+def test_launcher_drops_an_untimed_run_before_each_workloads_timed_ones(tmp_path):
+    # Without torch every run fails, the untimed one too: its log is kept, its result is in neither
+    # the JSON lines nor the tables, and it comes before the workload's timed runs.
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "LOG_DIR", "TIDEPOOL_RECORD")}
+    run = subprocess.run([sys.executable, os.path.join(TRAIN, "train_bench.py"), "--workloads",
+                          "gpt-small-vary,timm-vit-train", "--allocators", "tidepool", "--steps", "4",
+                          "--untimed-run-steps", "3", "--log-dir", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    results = [json.loads(line) for line in (tmp_path / "train-bench.jsonl").read_text().splitlines()]
+    assert [(r["workload"], r["allocator"], r["steps"]) for r in results] == [
+        ("gpt-small-vary", "tidepool", 4), ("timm-vit-train", "tidepool", 4)]
+    lines = run.stdout.splitlines()
+    for workload in ("gpt-small-vary", "timm-vit-train"):
+        untimed = next(i for i, line in enumerate(lines)
+                       if line.startswith(f"  {workload} / untimed run (3 steps, default, dropped): "))
+        timed = next(i for i, line in enumerate(lines) if line.startswith(f"  {workload} / tidepool: "))
+        assert untimed < timed
+        assert "Traceback" in (tmp_path / "train-bench" / f"{workload}.untimed.log").read_text()
+    # --untimed-run-steps 0: none.
+    run = subprocess.run([sys.executable, os.path.join(TRAIN, "train_bench.py"), "--workloads", "gpt-small-vary",
+                          "--allocators", "tidepool", "--steps", "3", "--untimed-run-steps", "0",
+                          "--log-dir", str(tmp_path / "none")], env=env, capture_output=True, text=True, timeout=300)
+    assert "untimed run" not in run.stdout
+    assert not (tmp_path / "none" / "train-bench" / "gpt-small-vary.untimed.log").exists()
 
 
 def test_run_order_puts_each_allocator_in_every_position_once():

@@ -24,7 +24,12 @@ against median step). `--record` has every tidepool run record (to WORKLOAD.ALLO
 inherited TIDEPOOL_RECORD reaches the tidepool runs too (use "%p" in it: each run is a process of
 its own). `--repeats N` runs each pair N times, the allocators' order rotated each time, and adds a
 table over the runs (each step the geometric mean of its N times): for loops bound by the host,
-whose processes differ by 10-20% whatever the allocator. Two more allocators, also named only,
+whose processes differ by 10-20% whatever the allocator. Before each workload's timed runs, one
+untimed run of `--untimed-run-steps N` steps (2; 0: none) under PyTorch's default allocator is
+dropped: the first processes after a machine starts read the workload's libraries and kernels from
+disk, up to twice the first 10 steps' time of the processes after them, which would otherwise fall
+on whichever allocator runs first (docs/RESULTS.md, section 0, "wav2vec 2.0's first 10 steps
+again"). Two more allocators, also named only,
 measure PyTorch's pluggable-allocator interface (the one tidepool's package goes through) on its
 own: `async` is PyTorch's native cudaMallocAsync backend, `pluggable-async` the same cudaMallocAsync
 behind the interface (TIDEPOOL_BENCH_PLUGGABLE_ASYNC names bench/gpu's
@@ -47,6 +52,8 @@ PYTHON_ROOT = os.path.join(REPO_ROOT, "python")
 
 import catalog  # noqa: E402  (after the path above)
 import report  # noqa: E402
+
+UNTIMED_ALLOCATOR = "default"  # PyTorch's own caching allocator runs the untimed run
 
 
 def parse_args(argv=None):
@@ -71,6 +78,10 @@ def parse_args(argv=None):
                         help="cap every allocator at this much device memory (torch.cuda."
                              "set_per_process_memory_fraction, which use() passes to tidepool): a GPU "
                              "that size; a run whose allocation fails reports the error")
+    parser.add_argument("--untimed-run-steps", type=int, default=2, metavar="N",
+                        help="before each workload's timed runs, one run of N steps under PyTorch's default "
+                        "allocator whose result is dropped, so that no allocator's first run pays for the "
+                        "machine's cold libraries and kernels (default 2; 0: none)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per run before it is killed (300)")
     parser.add_argument("--nvml-interval-ms", type=float, default=5, help="NVML sampling period (5 ms)")
     parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
@@ -108,6 +119,8 @@ def parse_args(argv=None):
             parser.error(f"--{name} must be at least {1 if name == 'steps' else 0}")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.untimed_run_steps < 0 or args.untimed_run_steps == 1:
+        parser.error("--untimed-run-steps must be 0 (none) or at least 2 (a step timed after a warm-up step)")
     if args.memory_cap_gib is not None and args.memory_cap_gib <= 0:
         parser.error("--memory-cap-gib must be positive")
     if args.timeout <= 0 or args.nvml_interval_ms <= 0:
@@ -390,6 +403,8 @@ def launch(args):
     results = []
     with open(jsonl_path, "w") as jsonl:
         for workload in args.workloads:
+            if args.untimed_run_steps and not args.worker:
+                untimed_run(workload, args, run_logs)
             rows = []
             for repeat in range(args.repeats):
                 for allocator in report.run_order(args.allocators, repeat):
@@ -418,6 +433,20 @@ def launch(args):
               "paired: the median of step-by-step ratios to that run)")
         print(report.table(results), flush=True)
     return 1 if any("error" in r for r in results) else 0
+
+
+def untimed_run(workload, args, run_logs):
+    """One short run of `workload` under PyTorch's default allocator, its result dropped (its log kept
+    as WORKLOAD.untimed.log): what a machine's first processes pay for cold libraries and kernels is
+    paid here, by no allocator being measured."""
+    start = time.monotonic()
+    untimed = argparse.Namespace(**vars(args))
+    untimed.steps, untimed.warmup = args.untimed_run_steps, args.untimed_run_steps - 1
+    untimed.record = untimed.profile = False
+    result = run_child(workload, UNTIMED_ALLOCATOR, untimed, os.path.join(run_logs, f"{workload}.untimed.log"), ".untimed")
+    state = "error: " + result["error"] if "error" in result else "ok"
+    print(f"  {workload} / untimed run ({untimed.steps} steps, {UNTIMED_ALLOCATOR}, dropped): "
+          f"{time.monotonic() - start:.1f} s, {state}", flush=True)
 
 
 def combined_rows(workload, rows, allocators):
