@@ -26,11 +26,10 @@ its own). `--repeats N` runs each pair N times, the allocators' order rotated ea
 table over the runs (each step the geometric mean of its N times): for loops bound by the host,
 whose processes differ by 10-20% whatever the allocator. Before each workload's timed runs, one
 untimed run of `--untimed-run-steps N` steps (2; 0: none) under PyTorch's default allocator is
-dropped: the first processes after a machine starts read the workload's libraries and kernels from
-disk, up to twice the first 10 steps' time of the processes after them, which would otherwise fall
-on whichever allocator runs first (docs/RESULTS.md, section 0, "wav2vec 2.0's first 10 steps
-again"). Two more allocators, also named only,
-measure PyTorch's pluggable-allocator interface (the one tidepool's package goes through) on its
+dropped: on a machine just started, the first process to run the workload took up to 2.7 times as
+long over its first 10 steps as the processes after it, and that would otherwise fall on whichever
+allocator runs first (docs/RESULTS.md, section 0, "wav2vec 2.0's first 10 steps again"). Two more
+allocators, also named only, measure PyTorch's pluggable-allocator interface (the one tidepool's package goes through) on its
 own: `async` is PyTorch's native cudaMallocAsync backend, `pluggable-async` the same cudaMallocAsync
 behind the interface (TIDEPOOL_BENCH_PLUGGABLE_ASYNC names bench/gpu's
 libtidepool_bench_pluggable_async.so); with both, each table ends with what the interface cost.
@@ -80,8 +79,8 @@ def parse_args(argv=None):
                              "that size; a run whose allocation fails reports the error")
     parser.add_argument("--untimed-run-steps", type=int, default=2, metavar="N",
                         help="before each workload's timed runs, one run of N steps under PyTorch's default "
-                        "allocator whose result is dropped, so that no allocator's first run pays for the "
-                        "machine's cold libraries and kernels (default 2; 0: none)")
+                        "allocator whose result is dropped, so that no allocator's first run pays for a "
+                        "machine's cold start (default 2; 0: none)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per run before it is killed (300)")
     parser.add_argument("--nvml-interval-ms", type=float, default=5, help="NVML sampling period (5 ms)")
     parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
@@ -437,8 +436,8 @@ def launch(args):
 
 def untimed_run(workload, args, run_logs):
     """One short run of `workload` under PyTorch's default allocator, its result dropped (its log kept
-    as WORKLOAD.untimed.log): what a machine's first processes pay for cold libraries and kernels is
-    paid here, by no allocator being measured."""
+    as WORKLOAD.untimed.log): what a machine's first process pays for its cold start is paid here,
+    by no allocator being measured."""
     start = time.monotonic()
     untimed = argparse.Namespace(**vars(args))
     untimed.steps, untimed.warmup = args.untimed_run_steps, args.untimed_run_steps - 1
