@@ -29,10 +29,11 @@ untimed run of `--untimed-run-steps N` steps (2; 0: none) under PyTorch's defaul
 dropped: on a machine just started, the first process to run the workload took up to 2.7 times as
 long over its first 10 steps as the processes after it, and that would otherwise fall on whichever
 allocator runs first (docs/RESULTS.md, section 0, "wav2vec 2.0's first 10 steps again"). Two more
-allocators, also named only, measure PyTorch's pluggable-allocator interface (the one tidepool's package goes through) on its
-own: `async` is PyTorch's native cudaMallocAsync backend, `pluggable-async` the same cudaMallocAsync
-behind the interface (TIDEPOOL_BENCH_PLUGGABLE_ASYNC names bench/gpu's
-libtidepool_bench_pluggable_async.so); with both, each table ends with what the interface cost.
+allocators, also named only, measure PyTorch's pluggable-allocator interface (the one tidepool's
+package goes through) on its own: `async` is PyTorch's native cudaMallocAsync backend,
+`pluggable-async` the same cudaMallocAsync behind the interface (TIDEPOOL_BENCH_PLUGGABLE_ASYNC
+names bench/gpu's libtidepool_bench_pluggable_async.so); with both, each table ends with what the
+interface cost.
 """
 
 import argparse
@@ -402,7 +403,7 @@ def launch(args):
     results = []
     with open(jsonl_path, "w") as jsonl:
         for workload in args.workloads:
-            if args.untimed_run_steps and not args.worker:
+            if args.untimed_run_steps:
                 untimed_run(workload, args, run_logs)
             rows = []
             for repeat in range(args.repeats):
@@ -442,7 +443,8 @@ def untimed_run(workload, args, run_logs):
     untimed = argparse.Namespace(**vars(args))
     untimed.steps, untimed.warmup = args.untimed_run_steps, args.untimed_run_steps - 1
     untimed.record = untimed.profile = False
-    result = run_child(workload, UNTIMED_ALLOCATOR, untimed, os.path.join(run_logs, f"{workload}.untimed.log"), ".untimed")
+    log_path = os.path.join(run_logs, f"{workload}.untimed.log")
+    result = run_child(workload, UNTIMED_ALLOCATOR, untimed, log_path, ".untimed")
     state = "error: " + result["error"] if "error" in result else "ok"
     print(f"  {workload} / untimed run ({untimed.steps} steps, {UNTIMED_ALLOCATOR}, dropped): "
           f"{time.monotonic() - start:.1f} s, {state}", flush=True)
