@@ -67,22 +67,34 @@ def blocks_of(rows):
     return blocks, peak
 
 
-def best_fit_space_top(blocks, large):
-    """The top of a best-fit space (best_fit_models.Space) holding the large blocks, or the small
-    ones, replayed in time order."""
+def replay_into(space, blocks, large):
+    """Replays the large blocks, or the small ones, in time order through `space` (a
+    best_fit_models.Space); returns the peak of their bytes in use."""
     events = []
     for i, (start, end, _, is_large) in enumerate(blocks):
         if is_large == large:
             events.append((start, 1, i))
             events.append((end, 0, i))
     events.sort()
-    space = Space()
     address = {}
+    live = peak = 0
     for _, is_alloc, i in events:
+        size = blocks[i][2]
         if is_alloc:
-            address[i] = space.take(blocks[i][2])
+            address[i] = space.take(size)
+            live += size
+            peak = max(peak, live)
         else:
-            space.release(address.pop(i), blocks[i][2])
+            space.release(address.pop(i), size)
+            live -= size
+    return peak
+
+
+def best_fit_space_top(blocks, large):
+    """The top of a best-fit space (best_fit_models.Space) holding the large blocks, or the small
+    ones, replayed in time order."""
+    space = Space()
+    replay_into(space, blocks, large)
     return space.held
 
 
@@ -333,24 +345,8 @@ def best_fit_excess(blocks):
     use, the space's top, the request of the growth that last raised the top, the free blocks below
     the top when it came, largest first). On the LLM loops that growth is the loss's full-size
     logits meeting a hole of half their size (docs/RESULTS.md, section 0, "The LLM loops' excess")."""
-    events = []
-    for i, (start, end, _, is_large) in enumerate(blocks):
-        if is_large:
-            events.append((start, 1, i))
-            events.append((end, 0, i))
-    events.sort()
     space = GrowthWatch()
-    address = {}
-    live = peak = 0
-    for _, is_alloc, i in events:
-        size = blocks[i][2]
-        if is_alloc:
-            address[i] = space.take(size)
-            live += size
-            peak = max(peak, live)
-        else:
-            space.release(address.pop(i), size)
-            live -= size
+    peak = replay_into(space, blocks, True)
     request, pieces = space.last_growth if space.last_growth else (0, [])
     return peak, space.held, request, pieces
 
