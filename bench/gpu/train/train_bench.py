@@ -25,10 +25,12 @@ inherited TIDEPOOL_RECORD reaches the tidepool runs too (use "%p" in it: each ru
 its own). `--repeats N` runs each pair N times, the allocators' order rotated each time, and adds a
 table over the runs (each step the geometric mean of its N times): for loops bound by the host,
 whose processes differ by 10-20% whatever the allocator. Before each workload's timed runs, one
-untimed run of `--untimed-run-steps N` steps (2; 0: none) under PyTorch's default allocator is
-dropped: on a machine just started, the first process to run the workload took up to 2.7 times as
-long over its first 10 steps as the processes after it, and that would otherwise fall on whichever
-allocator runs first (docs/RESULTS.md, section 0, "wav2vec 2.0's first 10 steps again"). Two more
+untimed run of `--untimed-run-steps N` steps (10, the first-10-steps window; 0: none) under
+PyTorch's default allocator is dropped: on a machine just started, the first process to run the
+workload took up to 2.7 times as long over its first 10 steps as the processes after it, and that
+would otherwise fall on whichever allocator runs first. Two untimed steps were not enough: the
+first timed run still paid 1.2 s at the first step whose shape the untimed run had not met
+(docs/RESULTS.md, section 0, "The untimed run on an H100"). Two more
 allocators, also named only, measure PyTorch's pluggable-allocator interface (the one tidepool's
 package goes through) on its own: `async` is PyTorch's native cudaMallocAsync backend,
 `pluggable-async` the same cudaMallocAsync behind the interface (TIDEPOOL_BENCH_PLUGGABLE_ASYNC
@@ -78,10 +80,11 @@ def parse_args(argv=None):
                         help="cap every allocator at this much device memory (torch.cuda."
                              "set_per_process_memory_fraction, which use() passes to tidepool): a GPU "
                              "that size; a run whose allocation fails reports the error")
-    parser.add_argument("--untimed-run-steps", type=int, default=2, metavar="N",
+    parser.add_argument("--untimed-run-steps", type=int, default=report.FIRST_STEPS, metavar="N",
                         help="before each workload's timed runs, one run of N steps under PyTorch's default "
                         "allocator whose result is dropped, so that no allocator's first run pays for a "
-                        "machine's cold start (default 2; 0: none)")
+                        "machine's cold start; it meets the shapes of the timed runs' first N steps "
+                        f"(default {report.FIRST_STEPS}, the first-steps window; 0: none)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per run before it is killed (300)")
     parser.add_argument("--nvml-interval-ms", type=float, default=5, help="NVML sampling period (5 ms)")
     parser.add_argument("--tidepool-option", action="append", default=[], metavar="NAME=VALUE",
