@@ -23,6 +23,13 @@ import report  # noqa: E402
 import train_bench  # noqa: E402
 
 
+
+# For the tests that run the real launcher and workers and expect every worker to fail at its
+# import of torch: where torch is installed the workloads would run for real, or fail otherwise
+# (on the GPU machine scripts/gpu.sh runs them).
+WITHOUT_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
+                                   reason="torch is installed: the workers would not fail at its import")
+
 def test_no_module_the_launchers_import_needs_torch():
     # The launchers run in a process that never touches the GPU: importing them loads no framework.
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import train_bench, record_traces; "
@@ -148,6 +155,24 @@ def test_detection_schedule_gives_each_image_its_own_size_and_objects():
     assert len({side for side, *_ in shapes}) > 5  # the resize side changes from step to step
     assert len(set(images)) > 0.9 * len(images)  # nearly every image has a shape of its own
     assert len({objects for *_, objects in images}) > 20
+
+
+def test_bucket_schedule_gives_each_step_a_bucket_of_its_own_area_and_aspect_within_the_pixel_budget():
+    spec = catalog.WORKLOADS["sd-unet-buckets"]
+    p = spec.params
+    shapes = spec.shapes(0, spec.steps)
+    assert shapes == spec.shapes(0, spec.steps) and shapes != spec.shapes(1, spec.steps)
+    assert shapes[:20] == spec.shapes(0, 20)
+    for batch, height, width in shapes:
+        assert height % p["multiple"] == 0 and width % p["multiple"] == 0
+        # The area is one of the sides' squares, within the rounding of each side to the multiple.
+        assert any(abs(height * width - side * side) <= p["multiple"] * (height + width) for side in p["sides"])
+        assert 1 <= batch and (batch * height * width <= p["pixel_budget"] or batch == 1)
+        assert (batch + 1) * height * width > p["pixel_budget"]  # as many images as fit
+    assert len({(height, width) for _, height, width in shapes}) > 20  # buckets change from step to step
+    assert any(height > width for _, height, width in shapes) and any(width > height for _, height, width in shapes)
+    one_huge = catalog.bucket_schedule(random.Random(0), 3, {**p, "sides": (4096,), "aspects": (1.0,)})
+    assert one_huge == [(1, 4096, 4096)] * 3  # a bucket larger than the budget still makes a step of one image
 
 
 def test_mesh_schedule_fills_each_step_with_meshes_of_their_own_resolution():
@@ -289,6 +314,7 @@ def test_tidepool_plus_record_is_tidepool_recording():
     assert train_bench.parse_args([]).allocators == list(catalog.ALLOCATORS)
 
 
+@WITHOUT_TORCH
 def test_launcher_gives_tidepool_plus_record_its_own_file(tmp_path):
     # The real launcher and workers (which fail here, without torch, after the environment check):
     # only the tidepool+record run records, to a file of its own in the run logs.
@@ -487,9 +513,7 @@ def test_history_bound_is_the_flag_else_the_workloads_else_the_default():
     assert record_traces.parse_args(["--workloads", "hf-llama-rl"]).max_entries is None
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
-                    reason="torch is installed: the workloads would run for real (on the GPU machine, "
-                           "scripts/gpu.sh runs them)")
+@WITHOUT_TORCH
 def test_launcher_reports_a_failed_workload_and_goes_on(tmp_path):
     # Without torch every worker fails: each must print its error line, and the launcher must go on
     # to the next run, write every line to the JSON lines file, and exit 1.
@@ -580,6 +604,7 @@ def test_combine_repeats_takes_each_steps_geometric_mean_and_the_worst_memory():
         report.combine_repeats([_run("tidepool", [1.0, 2.0], 1), _run("tidepool", [1.0, 2.0], 1, digest="e")])
 
 
+@WITHOUT_TORCH
 def test_launcher_repeats_rotate_the_order_and_keep_every_log(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("OUT", "LOG_DIR", "TIDEPOOL_RECORD")}
     run = subprocess.run([sys.executable, os.path.join(TRAIN, "train_bench.py"), "--workloads", "gpt-small-vary",

@@ -148,6 +148,33 @@ class MeshGraphNetSize:
 MESH_GRAPH_NET = MeshGraphNetSize(node_features=12, edge_features=3, hidden=128, blocks=10, outputs=2)
 
 
+@dataclasses.dataclass(frozen=True)
+class LatentDiffusionSize:
+    """The diffusion workload's models (latent_diffusion.py): the U-Net's channels per level, residual
+    blocks a level, the levels with transformer blocks, the attention heads' width; the text
+    encoder's width (the U-Net's cross-attention context) and the VAE encoder's channels per level."""
+
+    channels: tuple
+    blocks: int
+    attention: tuple
+    head_dim: int
+    context_dim: int
+    latent_channels: int
+    vae_channels: tuple
+    text_layers: int
+    text_heads: int
+    text_tokens: int
+    text_vocab: int
+
+
+# Stable Diffusion's layout at about half its width: a U-Net of ~220M parameters over three levels,
+# attention on the lower two as SDXL has it; its VAE encoder and a CLIP ViT-L/14-sized text encoder,
+# both frozen.
+LATENT_DIFFUSION = LatentDiffusionSize(channels=(192, 384, 768), blocks=2, attention=(1, 2), head_dim=64,
+                                       context_dim=768, latent_channels=4, vae_channels=(128, 256, 512, 512),
+                                       text_layers=12, text_heads=12, text_tokens=77, text_vocab=49408)
+
+
 # ~110M parameters (bert-base's shape): an encoder whose sequences are at most 512 tokens.
 BERT_BASE = BertSize(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                      vocab_size=30522, max_position_embeddings=512)
@@ -172,7 +199,8 @@ class Workload:
     # "rollout": (batch, prompt, completion), the batch fitted to a budget of prompt + completion tokens;
     # "serve": (decoding sequences, prompt lengths prefilled...) per engine step (serve_schedule);
     # "detection": (resize side, then height, width, objects of each image) per step;
-    # "meshes": (rows, columns of each mesh) per step, within a budget of nodes (mesh_schedule)
+    # "meshes": (rows, columns of each mesh) per step, within a budget of nodes (mesh_schedule);
+    # "buckets": (batch, height, width) per step, an aspect-ratio bucket (bucket_schedule)
     params: dict
 
     def shapes(self, seed, steps):
@@ -215,6 +243,8 @@ class Workload:
             return detection_schedule(rng, steps, p)
         if self.schedule == "meshes":
             return mesh_schedule(rng, steps, p)
+        if self.schedule == "buckets":
+            return bucket_schedule(rng, steps, p)
         if self.schedule == "generate":
             return [(rng.choice(p["batches"]),
                      rng.randrange(p["min_prompt"], p["max_prompt"] + 1, p["multiple"]),
@@ -281,6 +311,21 @@ def detection_schedule(rng, steps, p):
         for _ in range(p["batch"]):
             step += [rng.choice(sides), rng.choice(sides), rng.randint(1, p["max_objects"])]
         schedule.append(tuple(step))
+    return schedule
+
+
+def bucket_schedule(rng, steps, p):
+    """The batches of an image-generation training loop with aspect-ratio bucketing, as Stable
+    Diffusion's fine-tuning scripts run it on images of many sizes: each step one bucket, an image
+    area (a square of one of `sides`) and an aspect ratio (one of `aspects`, width over height), its
+    sides rounded to multiples of `multiple`, and as many images as fit `pixel_budget` (at least
+    one). Returns per step (batch, height, width)."""
+    schedule = []
+    for _ in range(steps):
+        side, aspect = rng.choice(p["sides"]), rng.choice(p["aspects"])
+        width = max(p["multiple"], round(side * aspect ** 0.5 / p["multiple"]) * p["multiple"])
+        height = max(p["multiple"], round(side / aspect ** 0.5 / p["multiple"]) * p["multiple"])
+        schedule.append((max(1, p["pixel_budget"] // (width * height)), height, width))
     return schedule
 
 
@@ -378,6 +423,14 @@ WORKLOADS = {w.name: w for w in (
              "(encoder, 10 edge-and-node blocks, decoder), bf16 autocast, each step a new set of meshes of "
              "their own resolution within 100k nodes, about 6 edges a node", 80, 10, ("torch_geometric",),
              "meshes", {"size": MESH_GRAPH_NET, "node_budget": 100_000, "min_side": 60, "max_side": 240}),
+    Workload("sd-unet-buckets", "a Stable-Diffusion-style latent U-Net (~223M, latent_diffusion.py) trained as "
+             "diffusers' text-to-image script trains one: each step's images through the frozen VAE encoder and "
+             "their captions through a frozen CLIP-sized text encoder (transformers, from a config), both in "
+             "bf16, then the U-Net's noise-prediction loss under bf16 autocast; aspect-ratio buckets of "
+             "512-1024 px images, a new bucket each step, the batch fitted to 6 images of 768 px", 80, 10,
+             ("transformers",), "buckets",
+             {"size": LATENT_DIFFUSION, "sides": (512, 640, 768, 896, 1024),
+              "aspects": (0.5, 0.6, 0.75, 1.0, 1.33, 1.67, 2.0), "multiple": 64, "pixel_budget": 6 * 768 * 768}),
     Workload("timm-resnet-multiscale", "timm ResNet-50, bf16 autocast, channels-last, a new image size "
              "each step (160-448 px), batch fitted to 64 images of 224 px", 80, 10, ("timm",), "multiscale",
              {"min_side": 160, "max_side": 448, "multiple": 32, "pixel_budget": 64 * 224 * 224}),
@@ -393,7 +446,7 @@ WORKLOADS = {w.name: w for w in (
 # so that the repository stays small enough to be copied whole to a GPU machine.)
 RECORDED = ("gpt-vary", "gpt-small-vary", "hf-llama-train", "timm-vit-train", "hf-mixtral-train",
             "timm-resnet-multiscale", "hf-t5-train", "gpt-ckpt-accum", "hf-llama-ckpt-accum", "gpt-compile",
-            "tv-maskrcnn-train", "hf-wav2vec2-ctc", "peft-llama-lora", "pyg-meshgraphnet")
+            "tv-maskrcnn-train", "hf-wav2vec2-ctc", "peft-llama-lora", "pyg-meshgraphnet", "sd-unet-buckets")
 
 
 def parse_names(text, known, what):

@@ -6,8 +6,9 @@ reinforcement-learning loop, and served as vLLM serves it: a KV cache sized from
 continuously batched steps), Mixtral, T5, BERT (masked-language modelling in fp16 with a
 GradScaler) and wav2vec 2.0 (CTC on raw audio) built from configs, Llama fine-tuned through peft's
 LoRA adapters, timm's ViT-B/16 and ResNet-50, torchvision's Mask R-CNN (multi-scale detection
-training) and a MeshGraphNets-style simulator on PyTorch Geometric (meshgraphnet.py), all with
-random weights (no downloads).
+training), a MeshGraphNets-style simulator on PyTorch Geometric (meshgraphnet.py) and a
+Stable-Diffusion-style latent U-Net trained behind its frozen VAE encoder and a transformers CLIP
+text encoder (latent_diffusion.py), all with random weights (no downloads).
 train_bench.py times them under each allocator; record_traces.py records their allocations. Sizes
 and shape schedules are in catalog.py.
 
@@ -658,6 +659,55 @@ class MeshGraphNetTraining(_Training):
         return F.mse_loss(self.model(batch.x, batch.edge_index, batch.edge_attr).float(), batch.y)
 
 
+class LatentDiffusionTraining(_Training):
+    """Text-to-image diffusion training as diffusers' train_text_to_image script runs it, with
+    aspect-ratio buckets: each step's images (catalog "buckets": batch x height x width) are encoded
+    by the frozen VAE encoder to latents at 1/8 of the side, sampled and scaled, their captions
+    (token ids) by the frozen text encoder; noise is added at a random timestep of the scaled-linear
+    schedule and the U-Net learns to predict it (mean squared error in float32). The frozen models
+    run in bf16 under no_grad, as the script casts them. Unlike the other loops: the VAE's
+    full-resolution activations, up to 0.9 GiB each and freed as soon as made, before the U-Net's
+    forward; convolutions whose inputs are concatenated skip connections; and a new image
+    area and aspect each step."""
+
+    def __init__(self, size, shapes, seed):
+        import latent_diffusion
+        from transformers import CLIPTextConfig, CLIPTextModel
+
+        model = nn.Module()
+        model.unet = latent_diffusion.UNet(size)
+        model.vae_encoder = latent_diffusion.VAEEncoder(size).requires_grad_(False)
+        model.text_encoder = CLIPTextModel(CLIPTextConfig(
+            hidden_size=size.context_dim, intermediate_size=4 * size.context_dim, num_hidden_layers=size.text_layers,
+            num_attention_heads=size.text_heads, max_position_embeddings=size.text_tokens,
+            vocab_size=size.text_vocab)).requires_grad_(False)
+        super().__init__(model, shapes)
+        self.model.vae_encoder.eval().to(AUTOCAST)
+        self.model.text_encoder.eval().to(AUTOCAST)
+        self.size = size
+        self.seed = seed
+        # Stable Diffusion's scaled-linear noise schedule over 1000 timesteps.
+        betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=torch.float64) ** 2
+        self.alphas_cumprod = torch.cumprod(1 - betas, 0).float().cuda()
+
+    def loss_of(self, batch, height, width):
+        # The same images, captions, noise and timesteps under every allocator: seeded by the step.
+        generator = torch.Generator(device="cuda").manual_seed(self.seed * 100003 + self.step_index)
+        images = torch.rand(batch, 3, height, width, device="cuda", generator=generator, dtype=AUTOCAST) * 2 - 1
+        captions = torch.randint(0, self.size.text_vocab, (batch, self.size.text_tokens), device="cuda",
+                                 generator=generator)
+        with torch.no_grad():
+            mean, log_variance = self.model.vae_encoder(images)
+            noise = torch.randn(mean.shape, device="cuda", generator=generator, dtype=mean.dtype)
+            latents = (mean + torch.exp(0.5 * log_variance.clamp(-30, 20)) * noise).float() * 0.18215
+            context = self.model.text_encoder(input_ids=captions).last_hidden_state
+        noise = torch.randn(latents.shape, device="cuda", generator=generator)
+        timesteps = torch.randint(0, len(self.alphas_cumprod), (batch,), device="cuda", generator=generator)
+        alpha = self.alphas_cumprod[timesteps][:, None, None, None]
+        noisy = alpha.sqrt() * latents + (1 - alpha).sqrt() * noise
+        return F.mse_loss(self.model.unet(noisy, timesteps, context).float(), noise)
+
+
 def build(spec, shapes, seed):
     """The workload named by catalog entry `spec`, with the per-step `shapes` (spec.shapes())."""
     torch.manual_seed(seed)
@@ -682,6 +732,8 @@ def build(spec, shapes, seed):
         return LlamaLoRATraining(size, shapes, spec.params["rank"])
     if spec.name == "pyg-meshgraphnet":
         return MeshGraphNetTraining(size, shapes, seed)
+    if spec.name == "sd-unet-buckets":
+        return LatentDiffusionTraining(size, shapes, seed)
     if spec.name == "hf-t5-train":
         return T5Training(size, shapes)
     if spec.name == "hf-bert-mlm-fp16":
