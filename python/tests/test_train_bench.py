@@ -22,13 +22,12 @@ import record_traces  # noqa: E402
 import report  # noqa: E402
 import train_bench  # noqa: E402
 
-
-
 # For the tests that run the real launcher and workers and expect every worker to fail at its
 # import of torch: where torch is installed the workloads would run for real, or fail otherwise
 # (on the GPU machine scripts/gpu.sh runs them).
 WITHOUT_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
                                    reason="torch is installed: the workers would not fail at its import")
+
 
 def test_no_module_the_launchers_import_needs_torch():
     # The launchers run in a process that never touches the GPU: importing them loads no framework.

@@ -167,9 +167,9 @@ class LatentDiffusionSize:
     text_vocab: int
 
 
-# Stable Diffusion's layout at about half its width: a U-Net of ~220M parameters over three levels,
-# attention on the lower two as SDXL has it; its VAE encoder and a CLIP ViT-L/14-sized text encoder,
-# both frozen.
+# Stable Diffusion's layout at 0.6 of its width and three levels of its four: a U-Net of ~223M
+# parameters, attention on the lower two levels as SDXL has it; SD's VAE encoder and a CLIP
+# ViT-L/14-sized text encoder, both frozen.
 LATENT_DIFFUSION = LatentDiffusionSize(channels=(192, 384, 768), blocks=2, attention=(1, 2), head_dim=64,
                                        context_dim=768, latent_channels=4, vae_channels=(128, 256, 512, 512),
                                        text_layers=12, text_heads=12, text_tokens=77, text_vocab=49408)

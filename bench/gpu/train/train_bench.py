@@ -28,9 +28,9 @@ whose processes differ by 10-20% whatever the allocator. Before each workload's 
 untimed run of `--untimed-run-steps N` steps (10, the first-10-steps window; 0: none) under
 PyTorch's default allocator is dropped: on a machine just started, the first process to run the
 workload took up to 2.7 times as long over its first 10 steps as the processes after it, and that
-would otherwise fall on whichever allocator runs first. Two untimed steps were not enough: the
-first timed run still paid 1.2 s at the first step whose shape the untimed run had not met
-(docs/RESULTS.md, section 0, "The untimed run on an H100"). Two more
+would otherwise fall on whichever allocator runs first. A machine pays that once for each shape
+it first runs, so the untimed run runs the shapes of the first 10 steps (docs/RESULTS.md, section
+0, "The untimed run on an H100"). Two more
 allocators, also named only, measure PyTorch's pluggable-allocator interface (the one tidepool's
 package goes through) on its own: `async` is PyTorch's native cudaMallocAsync backend,
 `pluggable-async` the same cudaMallocAsync behind the interface (TIDEPOOL_BENCH_PLUGGABLE_ASYNC
