@@ -666,8 +666,8 @@ class LatentDiffusionTraining(_Training):
     (token ids) by the frozen text encoder; noise is added at a random timestep of the scaled-linear
     schedule and the U-Net learns to predict it (mean squared error in float32). The frozen models
     run in bf16 under no_grad, as the script casts them. Unlike the other loops: the VAE's
-    full-resolution activations, up to 0.9 GiB each and freed as soon as made, before the U-Net's
-    forward; convolutions whose inputs are concatenated skip connections; and a new image
+    full-resolution activations, 0.8-1.7 GiB each (autocast runs GroupNorm in float32) and freed as
+    soon as made, before the U-Net's forward; convolutions whose inputs are concatenated skip connections; and a new image
     area and aspect each step."""
 
     def __init__(self, size, shapes, seed):
