@@ -1,6 +1,8 @@
 """The CuPy program benchmark's launcher side (bench/gpu/cupy), which runs without CuPy or a GPU:
 seeded schedules, name parsing, and the table built from result lines."""
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -109,3 +111,46 @@ def test_a_bad_cap_or_option_is_refused(bad):
 
     with pytest.raises(SystemExit):
         cupy_bench.parse_args(bad)
+
+
+def test_untimed_run_steps_must_leave_steps_after_the_warm_up():
+    import cupy_bench
+
+    assert cupy_bench.parse_args([]).untimed_run_steps == 10  # the first-steps window
+    assert cupy_bench.parse_args(["--untimed-run-steps", "0"]).untimed_run_steps == 0
+    assert cupy_bench.parse_args(["--untimed-run-steps", "6"]).untimed_run_steps == 6
+    for bad in ("5", "1", "-1"):  # every program's warm-up is 5 steps
+        with pytest.raises(SystemExit):
+            cupy_bench.parse_args(["--untimed-run-steps", bad])
+    args = cupy_bench.parse_args(["--steps", "20"])
+    untimed = cupy_bench.worker_command(args, "kmeans-vary", "cupy", steps=10)
+    timed = cupy_bench.worker_command(args, "kmeans-vary", "cupy")
+    assert untimed[untimed.index("--steps") + 1] == "10" and timed[timed.index("--steps") + 1] == "20"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None,
+                    reason="CuPy is installed: the workers would not fail at its import")
+def test_the_launcher_drops_an_untimed_run_before_each_programs_timed_ones(tmp_path):
+    # Without CuPy every worker fails at its import, the untimed one too: its log is kept, its result
+    # is in neither the table nor the JSON lines.
+    run = subprocess.run([sys.executable, os.path.join(CUPY_BENCH, "cupy_bench.py"), "--programs",
+                          "kmeans-vary,linalg-batch", "--allocators", "tidepool", "--untimed-run-steps", "6",
+                          "--log-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    for program in ("kmeans-vary", "linalg-batch"):
+        untimed = next(i for i, line in enumerate(lines)
+                       if line.startswith(f"  {program} / untimed run (6 steps, cupy, dropped): "))
+        timed = next(i for i, line in enumerate(lines) if line.startswith(f"  {program} / tidepool (run 1): "))
+        assert untimed < timed
+        untimed_result = json.loads((tmp_path / f"{program}.untimed.log").read_text().splitlines()[-1])
+        assert untimed_result["steps"] == 6 and untimed_result["allocator"] == "cupy"
+        assert untimed_result["error"].startswith("ModuleNotFoundError")
+    results = [json.loads(line) for line in (tmp_path / "cupy-bench.jsonl").read_text().splitlines()]
+    assert [(r["workload"], r["allocator"]) for r in results] == [("kmeans-vary", "tidepool"),
+                                                                  ("linalg-batch", "tidepool")]
+    # --untimed-run-steps 0: none.
+    none = subprocess.run([sys.executable, os.path.join(CUPY_BENCH, "cupy_bench.py"), "--programs", "kmeans-vary",
+                           "--allocators", "tidepool", "--untimed-run-steps", "0", "--log-dir",
+                           str(tmp_path / "none")], capture_output=True, text=True, timeout=300)
+    assert "untimed run" not in none.stdout and not (tmp_path / "none" / "kmeans-vary.untimed.log").exists()

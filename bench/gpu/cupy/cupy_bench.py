@@ -2,7 +2,8 @@
 run in a process of its own: what a CuPy or RAPIDS user sees in a long-running program.
 
     python3 bench/gpu/cupy/cupy_bench.py [--programs spectral-regrid,...] [--allocators cupy,async,tidepool]
-        [--steps N] [--repeats R] [--memory-cap-gib G] [--tidepool-option NAME=VALUE ...] [--log-dir DIR] [--list]
+        [--steps N] [--repeats R] [--untimed-run-steps N] [--memory-cap-gib G] [--tidepool-option NAME=VALUE ...]
+        [--log-dir DIR] [--list]
 
 Per run: median and p90 step time after the warm-up, the first 10 steps, peak held by each
 allocator's own count (CuPy's pool: its total bytes, which only grow within a step, read after every
@@ -12,7 +13,10 @@ requests, the same under every allocator), NVML's peak for the process, and what
 its cache is handed back with the program's state live (CuPy's free_all_blocks, the async pool's
 trim, tidepool.release_cached_memory(), then tidepool.compact()). tidepool's run needs
 TIDEPOOL_LIBRARY (or an installed package). Each child gets a CuPy kernel cache of its own, so every
-allocator's first steps compile the same kernels.
+allocator's first steps compile the same kernels. Before each program's timed runs, one untimed run
+of `--untimed-run-steps N` steps (10, the first-steps window; 0: none) under CuPy's pool is
+dropped, its log kept as PROGRAM.untimed.log: what a machine pays the first time it runs a
+program's shapes falls on no allocator measured, as in bench/gpu/train/train_bench.py.
 
 `--memory-cap-gib G` runs every allocator as on a GPU of G GiB: CuPy's pool under its
 `set_limit(size=...)`, tidepool under `tidepool.set_byte_cap` (what `tidepool replay --capacity`
@@ -42,6 +46,7 @@ from catalog import parse_names, shapes_digest  # noqa: E402  (bench/gpu/train/c
 from train_bench import parse_option  # noqa: E402  (its --tidepool-option's NAME=VALUE)
 
 GiB = 1 << 30
+UNTIMED_ALLOCATOR = "cupy"  # CuPy's own pool runs the untimed run
 
 
 def parse_args(argv):
@@ -51,6 +56,9 @@ def parse_args(argv):
     parser.add_argument("--steps", type=int, help="steps per run (default: each program's own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=1, help="runs per program and allocator, rotated")
+    parser.add_argument("--untimed-run-steps", type=int, default=report.FIRST_STEPS, metavar="N",
+                        help="before each program's timed runs, one run of N steps under CuPy's pool whose "
+                        f"result is dropped (default {report.FIRST_STEPS}, the first-steps window; 0: none)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per child")
     parser.add_argument("--memory-cap-gib", type=float, metavar="GIB",
                         help="every allocator as on a GPU of this many GiB (a run that fails there is reported)")
@@ -66,6 +74,9 @@ def parse_args(argv):
         parser.error("--steps must leave steps after the warm-up")
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    warmup = max(catalog.PROGRAMS[p].warmup for p in args.programs)
+    if args.untimed_run_steps != 0 and args.untimed_run_steps <= warmup:
+        parser.error(f"--untimed-run-steps must be 0 (none) or more than the warm-up ({warmup})")
     if args.memory_cap_gib is not None and not args.memory_cap_gib > 0:
         parser.error("--memory-cap-gib must be positive")
     try:
@@ -215,12 +226,13 @@ def child_env(cache_dir):
     return env
 
 
-def worker_command(args, program, allocator):
-    """The child's command line: one program under one allocator, with the launcher's settings."""
+def worker_command(args, program, allocator, steps=None):
+    """The child's command line: one program under one allocator, with the launcher's settings
+    (`steps` instead of --steps where given)."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", "--programs", program,
                "--allocators", allocator, "--seed", str(args.seed)]
-    if args.steps:
-        command += ["--steps", str(args.steps)]
+    if steps or args.steps:
+        command += ["--steps", str(steps or args.steps)]
     if args.memory_cap_gib is not None:
         command += ["--memory-cap-gib", repr(args.memory_cap_gib)]
     if allocator == "tidepool":
@@ -229,20 +241,36 @@ def worker_command(args, program, allocator):
     return command
 
 
+def run_child(args, program, allocator, log_path, steps=None):
+    """One child, with a CuPy kernel cache of its own that is removed after it; its result line."""
+    cache_dir = tempfile.mkdtemp(prefix="tidepool-cupy-bench-kernels-")
+    try:
+        return report.run_child(worker_command(args, program, allocator, steps), child_env(cache_dir), log_path,
+                                args.timeout, program, allocator)
+    finally:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def untimed_run(args, program):
+    """One run of `program` under CuPy's pool for --untimed-run-steps steps, its result dropped (its log
+    kept as PROGRAM.untimed.log)."""
+    result = run_child(args, program, UNTIMED_ALLOCATOR, os.path.join(args.log_dir, f"{program}.untimed.log"),
+                       args.untimed_run_steps)
+    state = "ok" if "error" not in result else result["error"]
+    print(f"  {program} / untimed run ({args.untimed_run_steps} steps, {UNTIMED_ALLOCATOR}, dropped): {state}",
+          flush=True)
+
+
 def run_all(args):
     os.makedirs(args.log_dir, exist_ok=True)
     results = []
     for program in args.programs:
+        if args.untimed_run_steps:
+            untimed_run(args, program)
         for repeat in range(args.repeats):
             for allocator in report.run_order(args.allocators, repeat):
-                cache_dir = tempfile.mkdtemp(prefix="tidepool-cupy-bench-kernels-")
-                log_path = os.path.join(args.log_dir, f"{program}.{allocator}.{repeat}.log")
-                command = worker_command(args, program, allocator)
-                try:
-                    result = report.run_child(command, child_env(cache_dir), log_path, args.timeout, program,
-                                              allocator)
-                finally:
-                    shutil.rmtree(cache_dir, ignore_errors=True)
+                result = run_child(args, program, allocator,
+                                   os.path.join(args.log_dir, f"{program}.{allocator}.{repeat}.log"))
                 result["repeat"] = repeat
                 results.append(result)
                 state = "ok" if "error" not in result else result["error"]
