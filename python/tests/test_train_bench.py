@@ -377,6 +377,11 @@ def test_recording_cost_line():
                                            "error": "x"}]) == []
 
 
+def test_outcome_names_a_runs_error():
+    assert report.outcome({"workload": "gpt-vary", "median_step_ms": 1.0}) == "ok"
+    assert report.outcome({"workload": "gpt-vary", "error": "RuntimeError: boom"}) == "error: RuntimeError: boom"
+
+
 def test_percentile_and_step_statistics():
     assert report.percentile([3, 1, 2], 50) == 2
     assert report.percentile([1, 2, 3, 4], 50) == 2.5

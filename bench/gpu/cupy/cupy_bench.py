@@ -256,9 +256,8 @@ def untimed_run(args, program):
     kept as PROGRAM.untimed.log)."""
     result = run_child(args, program, UNTIMED_ALLOCATOR, os.path.join(args.log_dir, f"{program}.untimed.log"),
                        args.untimed_run_steps)
-    state = "ok" if "error" not in result else result["error"]
-    print(f"  {program} / untimed run ({args.untimed_run_steps} steps, {UNTIMED_ALLOCATOR}, dropped): {state}",
-          flush=True)
+    print(f"  {program} / untimed run ({args.untimed_run_steps} steps, {UNTIMED_ALLOCATOR}, dropped): "
+          f"{report.outcome(result)}", flush=True)
 
 
 def run_all(args):
@@ -273,8 +272,7 @@ def run_all(args):
                                    os.path.join(args.log_dir, f"{program}.{allocator}.{repeat}.log"))
                 result["repeat"] = repeat
                 results.append(result)
-                state = "ok" if "error" not in result else result["error"]
-                print(f"  {program} / {allocator} (run {repeat + 1}): {state}", flush=True)
+                print(f"  {program} / {allocator} (run {repeat + 1}): {report.outcome(result)}", flush=True)
     return results
 
 

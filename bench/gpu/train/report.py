@@ -268,6 +268,11 @@ def table(results):
     return "\n".join(lines + notes)
 
 
+def outcome(result):
+    """How a run ended, for the launchers' progress lines: "ok", or "error: " and its error."""
+    return "error: " + result["error"] if "error" in result else "ok"
+
+
 def run_child(command, env, log_path, timeout, workload, allocator):
     """Runs one child process with its output in `log_path` and returns its result line, or a
     failed_run record when it timed out, crashed or printed none."""

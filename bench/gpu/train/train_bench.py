@@ -420,8 +420,8 @@ def launch(args):
                     jsonl.write(json.dumps(result) + "\n")
                     jsonl.flush()
                     rows.append(result)
-                    state = "error: " + result["error"] if "error" in result else "ok"
-                    print(f"  {workload} / {allocator}{tag}: {time.monotonic() - start:.1f} s, {state}", flush=True)
+                    print(f"  {workload} / {allocator}{tag}: {time.monotonic() - start:.1f} s, "
+                          f"{report.outcome(result)}", flush=True)
             print(report.table(rows) + "\n", flush=True)
             if args.repeats > 1:
                 rows = combined_rows(workload, rows, args.allocators)
@@ -448,9 +448,8 @@ def untimed_run(workload, args, run_logs):
     untimed.record = untimed.profile = False
     log_path = os.path.join(run_logs, f"{workload}.untimed.log")
     result = run_child(workload, UNTIMED_ALLOCATOR, untimed, log_path, ".untimed")
-    state = "error: " + result["error"] if "error" in result else "ok"
     print(f"  {workload} / untimed run ({untimed.steps} steps, {UNTIMED_ALLOCATOR}, dropped): "
-          f"{time.monotonic() - start:.1f} s, {state}", flush=True)
+          f"{time.monotonic() - start:.1f} s, {report.outcome(result)}", flush=True)
 
 
 def combined_rows(workload, rows, allocators):
