@@ -178,10 +178,10 @@ def step_starts(blocks, horizon):
     return starts
 
 
-def planned_steps_top(blocks, horizon):
+def planned_steps_top(blocks, horizon, starts=None):
     """Each step planned with its own sizes known, the blocks alive at its start fixed where the
-    plans before it put them."""
-    starts = step_starts(blocks, horizon) + [horizon + 1]
+    plans before it put them. `starts`: step_starts' answer, where the caller has it already."""
+    starts = (step_starts(blocks, horizon) if starts is None else starts) + [horizon + 1]
     large = sorted((b for b in blocks if b[3]), key=lambda b: b[0])
     index = TimeIndex(horizon)
     top = 0
@@ -232,7 +232,7 @@ class Occupancy:
         del self.size_at[offset]
 
 
-def learned_top(blocks, horizon, window=4):
+def learned_top(blocks, horizon, window=4, starts=None):
     """A planner that learns a step from the ones before it. The last step's large allocations, in
     order, are the plan's entries: each expected to be as large as the largest allocation matched
     to it (and to the entries it came from) over the steps so far, and to live as long, in the
@@ -242,8 +242,8 @@ def learned_top(blocks, horizon, window=4):
     entries ahead (a step may make an allocation more or fewer than the last), else to the next
     entry if that is large enough; it takes the entry's place if that is free. Anything else is
     placed by best fit among the blocks live and the places of the entries not yet taken. The
-    first step is best fit."""
-    starts = set(step_starts(blocks, horizon)[1:])
+    first step is best fit. `starts`: step_starts' answer, where the caller has it already."""
+    starts = set((step_starts(blocks, horizon) if starts is None else starts)[1:])
     large = [(b[0], b[1], b[2]) for b in blocks if b[3]]
     events = sorted([(s, 1, i) for i, (s, _, _) in enumerate(large)] + [(e, 0, i) for i, (_, e, _) in enumerate(large)])
     occupancy = Occupancy()
@@ -372,16 +372,17 @@ def main(argv=None):
         small = small_space_top(blocks)
         horizon = len(rows)
         figures = {}
-        notes = [f"{len(step_starts(blocks, horizon))} steps found"]
+        starts = step_starts(blocks, horizon)
+        notes = [f"{len(starts)} steps found"]
         for name in layouts:
             if name == "best-fit":
                 top = best_fit_top(blocks)
             elif name == "planned":
                 top = planned_top(blocks, horizon)
             elif name == "planned-steps":
-                top = planned_steps_top(blocks, horizon)
+                top = planned_steps_top(blocks, horizon, starts)
             else:
-                top, planned, fallback = learned_top(blocks, horizon)
+                top, planned, fallback = learned_top(blocks, horizon, starts=starts)
                 notes.append(f"learned: {planned} allocations where planned, {fallback} by best fit")
             figures[name] = round_up(top, PAGE)
         text = ", ".join(f"{name} {(small + top) / peak:.4f}" for name, top in figures.items())
