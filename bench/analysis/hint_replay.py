@@ -3,7 +3,8 @@ loop: each trace replayed through tidepool's Python package on the simulated GPU
 process each time, once as recorded (every request scratch) and once with the optimizer's state
 allocated persistent, placed apart from scratch as the hint places it. Prints peak held / peak in
 use (the pool's peak_mapped_bytes over its peak_requested_bytes, as `tidepool replay` counts them)
-and the driver calls of each, for one pass. With `--rule kept`, every request never freed that is
+and the driver calls of each, for one pass. Every request goes to the default stream: a trace
+whose streams each allocate is not replayed as `tidepool replay` does it. With `--rule kept`, every request never freed that is
 made after the program's first free is persistent instead: what a program gets that also makes what
 it keeps after its start under tidepool.persistent() (a frozen model cast to bf16 after the
 others were built, say).
