@@ -7,7 +7,9 @@ and the driver calls of each, for one pass. Every request goes to the default st
 whose streams each allocate is not replayed as `tidepool replay` does it. With `--rule kept`, every request never freed that is
 made after the program's first free is persistent instead: what a program gets that also makes what
 it keeps after its start under tidepool.persistent() (a frozen model cast to bf16 after the
-others were built, say).
+others were built, say). With `--capacity F`, both replays run on a simulated GPU F times the
+trace's peak in use (as `tidepool replay --capacity Fx`), and each line adds the allocations that
+failed there (skipped, as the replay tool skips them).
 
 The trace does not say which requests are the optimizer's state, so they are found as the hint
 would mark them: the state an optimizer makes in its first step is never freed, is made after the
@@ -16,7 +18,7 @@ parameter. optimizer_state_rows takes the burst of never-freed requests after th
 (requests less than BURST_GAP rows apart) with the most bytes.
 
     TIDEPOOL_LIBRARY=build/src/libtidepool.so PYTHONPATH=python \\
-        python3 bench/analysis/hint_replay.py [--rule state|kept] TRACE...
+        python3 bench/analysis/hint_replay.py [--rule state|kept] [--capacity F] TRACE...
 """
 
 import argparse
@@ -69,14 +71,18 @@ def replay(rows, persistent_rows):
     import tidepool
 
     pointers = {}
+    failed = 0
     for t, (action, pointer, size) in enumerate(rows):
         if action == "allocate":
-            pointers[pointer] = tidepool.allocate(max(size, 1), 0, None, persistent=t in persistent_rows)
+            try:
+                pointers[pointer] = tidepool.allocate(max(size, 1), 0, None, persistent=t in persistent_rows)
+            except tidepool.TidepoolError:  # past a simulated capacity: counted, and its free skipped
+                failed += 1
         elif action == "free" and pointer in pointers:
             tidepool.deallocate(pointers.pop(pointer), 0)
     s = tidepool.stats(0)
     return {"peak_mapped_bytes": s.peak_mapped_bytes, "peak_requested_bytes": s.peak_requested_bytes,
-            "driver_calls": s.driver_calls}
+            "driver_calls": s.driver_calls, "failed": failed}
 
 
 def persistent_rows(rows, rule):
@@ -96,10 +102,12 @@ def worker(path, rule):
     print(json.dumps(result), flush=True)
 
 
-def run_worker(path, rule):
-    """One replay under `rule` (persistent_rows) in a fresh process on the simulated GPU; its JSON
-    line."""
+def run_worker(path, rule, capacity_bytes=None):
+    """One replay under `rule` (persistent_rows) in a fresh process on the simulated GPU, of
+    `capacity_bytes` where given; its JSON line."""
     env = dict(os.environ, TIDEPOOL_DEVICE="sim")
+    if capacity_bytes is not None:
+        env["TIDEPOOL_SIM_CAPACITY"] = str(capacity_bytes)
     command = [sys.executable, os.path.abspath(__file__), "--worker", path] + (["--rule", rule] if rule else ["--plain"])
     out = subprocess.run(command, env=env, capture_output=True, text=True)
     if out.returncode != 0:
@@ -114,23 +122,37 @@ def main(argv=None):
     parser.add_argument("--rule", choices=RULES, default="state",
                         help="what is persistent in the second replay: the optimizer's state (state, the "
                         "default) or every request never freed made after the first free (kept)")
+    parser.add_argument("--capacity", type=float, metavar="F",
+                        help="replay on a simulated GPU F times each trace's peak in use")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)  # a worker: nothing persistent
     args = parser.parse_args(argv)
+    if args.capacity is not None and not args.capacity > 0:
+        parser.error("--capacity must be positive")
     if args.worker:
         worker(args.traces[0], None if args.plain else args.rule)
         return 0
     what = {"state": "the optimizer's state", "kept": "what is kept after the first free"}[args.rule]
     for path in args.traces:
-        plain, hinted = run_worker(path, None), run_worker(path, args.rule)
+        plain = uncapped = run_worker(path, None)
+        where = ""
+        if args.capacity is not None:
+            capacity = int(args.capacity * uncapped["peak_requested_bytes"])
+            plain = run_worker(path, None, capacity)
+            where = f" (on a GPU {args.capacity:g}x its peak in use)"
+        hinted = run_worker(path, args.rule, capacity if args.capacity is not None else None)
+
+        failures = "" if args.capacity is None else f"; failed allocations {plain['failed']}, {hinted['failed']}"
+
+        peak_in_use = uncapped["peak_requested_bytes"]  # the trace's own, whatever failed under a cap
 
         def ratio(r):
-            return r["peak_mapped_bytes"] / r["peak_requested_bytes"] if r["peak_requested_bytes"] else 0.0
+            return r["peak_mapped_bytes"] / peak_in_use if peak_in_use else 0.0
 
         print(f"{os.path.basename(path)}: peak held / peak in use {ratio(plain):.4f}, with {what} "
               f"persistent {ratio(hinted):.4f} ({hinted['hinted_rows']} requests, "
               f"{hinted['hinted_bytes'] / MiB:.0f} MiB); driver calls {plain['driver_calls']}, "
-              f"{hinted['driver_calls']}", flush=True)
+              f"{hinted['driver_calls']}{failures}{where}", flush=True)
     return 0
 
 
