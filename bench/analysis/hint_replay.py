@@ -76,7 +76,7 @@ def replay(rows, persistent_rows):
         if action == "allocate":
             try:
                 pointers[pointer] = tidepool.allocate(max(size, 1), 0, None, persistent=t in persistent_rows)
-            except tidepool.TidepoolError:  # past a simulated capacity: counted, and its free skipped
+            except tidepool.OutOfMemoryError:  # past a simulated capacity: counted, and its free skipped
                 failed += 1
         elif action == "free" and pointer in pointers:
             tidepool.deallocate(pointers.pop(pointer), 0)
@@ -135,16 +135,13 @@ def main(argv=None):
     what = {"state": "the optimizer's state", "kept": "what is kept after the first free"}[args.rule]
     for path in args.traces:
         plain = uncapped = run_worker(path, None)
-        where = ""
-        if args.capacity is not None:
-            capacity = int(args.capacity * uncapped["peak_requested_bytes"])
+        peak_in_use = uncapped["peak_requested_bytes"]  # the trace's own, whatever fails under a cap
+        capacity = None if args.capacity is None else int(args.capacity * peak_in_use)
+        if capacity is not None:
             plain = run_worker(path, None, capacity)
-            where = f" (on a GPU {args.capacity:g}x its peak in use)"
-        hinted = run_worker(path, args.rule, capacity if args.capacity is not None else None)
-
-        failures = "" if args.capacity is None else f"; failed allocations {plain['failed']}, {hinted['failed']}"
-
-        peak_in_use = uncapped["peak_requested_bytes"]  # the trace's own, whatever failed under a cap
+        hinted = run_worker(path, args.rule, capacity)
+        where = "" if capacity is None else f" (on a GPU {args.capacity:g}x its peak in use)"
+        failures = "" if capacity is None else f"; failed allocations {plain['failed']}, {hinted['failed']}"
 
         def ratio(r):
             return r["peak_mapped_bytes"] / peak_in_use if peak_in_use else 0.0
