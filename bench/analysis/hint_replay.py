@@ -29,20 +29,17 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from best_fit_models import MiB, read_rows  # noqa: E402
+from planner_models import blocks_of  # noqa: E402
 
 BURST_GAP = 200  # rows: never-freed requests closer than this belong to one burst
 RULES = ("state", "kept")
 
 
 def never_freed(rows):
-    """The row indexes of the allocations that are never freed."""
-    open_rows = {}
-    for t, (action, pointer, _) in enumerate(rows):
-        if action == "allocate":
-            open_rows[pointer] = t
-        elif action == "free":
-            open_rows.pop(pointer, None)
-    return sorted(open_rows.values())
+    """The row indexes of the allocations that are never freed (planner_models.blocks_of ends them
+    after the last row)."""
+    blocks, _ = blocks_of(rows)
+    return sorted(start for start, end, _, _ in blocks if end == len(rows))
 
 
 def kept_after_first_free(rows):

@@ -374,9 +374,11 @@ def main(argv=None):
         figures = {}
         starts = step_starts(blocks, horizon)
         notes = [f"{len(starts)} steps found"]
+        # --excess replays best fit itself; its top is the best-fit layout's, so that replay serves both.
+        excess = best_fit_excess(blocks) if args.excess else None
         for name in layouts:
             if name == "best-fit":
-                top = best_fit_top(blocks)
+                top = excess[1] if excess else best_fit_top(blocks)
             elif name == "planned":
                 top = planned_top(blocks, horizon)
             elif name == "planned-steps":
@@ -388,8 +390,8 @@ def main(argv=None):
         text = ", ".join(f"{name} {(small + top) / peak:.4f}" for name, top in figures.items())
         notes.append(f"small space {small / MiB:.0f} MiB, peak live {peak / MiB:.0f} MiB")
         print(f"{os.path.basename(path)}: peak held / peak live: {text} ({'; '.join(notes)})", flush=True)
-        if args.excess:
-            large_peak, top, request, pieces = best_fit_excess(blocks)
+        if excess:
+            large_peak, top, request, pieces = excess
             largest = ", ".join(f"{piece / MiB:.1f}" for piece in pieces[:3]) or "none"
             print(f"  best fit's large space: {large_peak / MiB:.0f} MiB in use at its peak, top {top / MiB:.0f} MiB; "
                   f"the last growth, for {request / MiB:.1f} MiB, found free below the top {largest} MiB "
