@@ -178,7 +178,7 @@ std::size_t pool_impl::compact() {
   // Nothing may still run on the blocks whose bytes move, nor on the free memory that goes.
   wait_for_streams_in_use();
   trim_floor_ = 0;
-  pages_.set_at_limit(false);
+  forget_device_limit();
   std::size_t released = release_in_steps(std::numeric_limits<std::size_t>::max(),
                                           std::numeric_limits<std::uint64_t>::max());
   remake_partly_live(std::numeric_limits<std::size_t>::max(), released);

@@ -47,6 +47,9 @@ constexpr std::size_t preferred_stolen_handle_granules = 16;
 constexpr std::size_t largest_streak_growth = std::size_t{20} << 20;
 // ...and to no more than this fraction of peak in use.
 constexpr std::size_t streak_rest_of_peak_inverse = 64;
+// The device's limit ends, and its nearness begins, where the device could give the pool less than
+// this fraction of what it holds.
+constexpr std::size_t room_of_held_inverse = 4;
 
 [[noreturn]] void throw_driver_failure(const char* what, int device, driver_status status) {
   throw error(error_code::driver_failure,
@@ -96,7 +99,11 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
     ~growth_served() { a.serve_growth(false); }
   } restore{where};
   where.serve_growth(true);
-  if (pages_.at_limit()) leave_limit_if_device_has_room();
+  if (pages_.at_limit() || pages_.near_limit()) {
+    leave_limit_if_device_has_room();
+  } else if (virtual_memory_) {
+    watch_device_room(size);
+  }
   if (grow(where, size, s.slot) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }
@@ -111,11 +118,35 @@ void pool_impl::leave_limit_if_device_has_room() {
   // handed back is the limit's, not the device's. A quarter of what the pool holds is more room
   // than a loop running at its capacity finds at a growth, so such a loop stays at the limit; a
   // program that met the limit once (a warm-up, another process since gone, a byte cap since
-  // raised, a sleep) finds it at its next growth. One cuMemGetInfo, and only while at the limit.
-  constexpr std::size_t room_of_held_inverse = 4;
-  if (creatable_bytes(calls_.free_bytes()) >= pages_.held_bytes() / room_of_held_inverse) {
-    pages_.set_at_limit(false);
+  // raised, a sleep) finds it at its next growth. One cuMemGetInfo, and only while at or near the
+  // limit.
+  if (creatable_bytes(calls_.free_bytes()) >= pages_.held_bytes() / room_of_held_inverse) forget_device_limit();
+}
+
+void pool_impl::watch_device_room(std::size_t size) {
+  // The same quarter as leave_limit_if_device_has_room(), seen from the other side: a pool growing
+  // into the device's last quarter (of what it holds) makes the limit's handles from there on.
+  // The room only shrinks as the pool grows (other processes aside, which the out-of-memory path
+  // still meets), so the driver is asked again only half way to where that room would end: a few
+  // cuMemGetInfo calls in a program's life, none in a loop that has reached its peak.
+  const std::size_t need = round_up(size, pages_.granularity());
+  const std::size_t held_after = pages_.held_bytes() + need;
+  if (held_after < next_room_check_held_) return;
+  const std::size_t creatable = creatable_bytes(calls_.free_bytes());
+  const std::size_t room_after = creatable > need ? creatable - need : 0;
+  const std::size_t enough = held_after / room_of_held_inverse;
+  if (room_after < enough) {
+    pages_.set_near_limit(true);
+    next_room_check_held_ = 0;
+    return;
   }
+  next_room_check_held_ = held_after + (room_after - enough) / 2;
+}
+
+void pool_impl::forget_device_limit() noexcept {
+  pages_.set_at_limit(false);
+  pages_.set_near_limit(false);
+  next_room_check_held_ = 0;
 }
 
 std::size_t pool_impl::peak_with(std::size_t size) const noexcept {

@@ -152,6 +152,11 @@ class page_table {
   /// There growth and placement's splits make smaller handles (see the policy in page_table.cpp).
   void set_at_limit(bool at_limit) noexcept { at_limit_ = at_limit; }
   [[nodiscard]] bool at_limit() const noexcept { return at_limit_; }
+  /// Whether the pool is near the device's limit: a growth found that it would leave the device
+  /// less room than a quarter of what the pool holds (growth.cpp), and nothing has ended it since
+  /// (as at_limit()). There growth's new handles are the limit's size; placement does not change.
+  void set_near_limit(bool near_limit) noexcept { near_limit_ = near_limit; }
+  [[nodiscard]] bool near_limit() const noexcept { return near_limit_; }
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }
@@ -214,6 +219,7 @@ class page_table {
   void name_pages(address_range& range, device_address at, std::size_t size, std::uint32_t id) noexcept;
 
   bool at_limit_ = false;
+  bool near_limit_ = false;
   std::size_t aliased_ = 0;
   std::size_t held_ = 0;
   std::size_t peak_held_ = 0;

@@ -513,9 +513,15 @@ class pool_impl {
   [[nodiscard]] std::size_t creatable_bytes(std::size_t driver_free) const noexcept;
   /// Whole free handles of every arena: what stealing or releasing can reach.
   [[nodiscard]] std::size_t whole_free_handle_bytes() const noexcept;
-  /// Ends the device's limit (page_table::at_limit) when the device could give the pool a quarter
-  /// of what it holds again (growth.cpp).
+  /// Ends the device's limit and its nearness (page_table::at_limit, near_limit) when the device
+  /// could give the pool a quarter of what it holds again (growth.cpp).
   void leave_limit_if_device_has_room();
+  /// Marks the pool near the device's limit (page_table::near_limit) when a growth of `size` would
+  /// leave the device less room than a quarter of what the pool would hold (growth.cpp). Asks the
+  /// driver only once held memory passes next_room_check_held_.
+  void watch_device_room(std::size_t size);
+  /// Ends the device's limit and its nearness: release() and compact() handed back what they could.
+  void forget_device_limit() noexcept;
 
   std::shared_ptr<driver> driver_;
   int device_;
@@ -581,6 +587,9 @@ class pool_impl {
   // Held when the latest miss began: a request that fails hands back what its growth mapped
   // (another thread's miss while the out-of-memory path dropped the lock may have moved it).
   std::size_t held_before_miss_ = 0;
+  // Held memory past which growth next asks the driver how much room the device has left
+  // (watch_device_room): half way to where the room it saw last would be a quarter of held.
+  std::size_t next_room_check_held_ = 0;
   // A held-back free waits for an event (settle_held_back_frees).
   bool held_back_frees_waiting_ = false;
   // Bytes of the pending frees (free_held_back).

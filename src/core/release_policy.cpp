@@ -339,7 +339,7 @@ std::size_t pool_impl::release() {
   if (asleep_) return 0;  // everything went back when it slept; what slept is wake()'s
   settle_frees(true);
   trim_floor_ = 0;
-  pages_.set_at_limit(false);  // handed back what it could: growth makes growth's usual handles again
+  forget_device_limit();  // handed back what it could: growth makes growth's usual handles again
   return release_in_steps(everything, any_tick);
 }
 

@@ -236,15 +236,14 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
 // growth's 8 MiB handles there.)
 TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
-  pool_options options;
-  options.byte_cap = 64 * MiB;
-  pool p(sim, 0, options);
+  pool p(sim, 0);
   pool_checker checker(*sim, p);
-  // Three growths, three handles side by side, made before the limit.
+  // Three growths, three handles side by side, made with the device's room (not near its limit).
   std::vector<void*> xs;
   for (std::size_t bytes : {24 * MiB, 24 * MiB, 16 * MiB}) xs.push_back(checker.allocate(bytes));
   const std::multiset<std::size_t> grown{16 * MiB, 24 * MiB, 24 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
+  p.set_byte_cap(64 * MiB);
   EXPECT_THROW((void)p.allocate(8 * MiB), out_of_memory);  // the cap is met: the pool is at its limit
   for (void* x : xs) checker.free(x);
   sim->run_until_idle();
@@ -268,15 +267,14 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
 // their capacity from failing (docs/RESULTS.md, section 0, "Six more rules at the device's limit").
 TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
   auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
-  pool_options options;
-  options.byte_cap = 64 * MiB;
-  pool p(sim, 0, options);
+  pool p(sim, 0);
   pool_checker checker(*sim, p);
   stream_t s = nullptr;
   ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
   void* x = checker.allocate(64 * MiB, s);
   const std::multiset<std::size_t> grown{64 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
+  p.set_byte_cap(64 * MiB);
   EXPECT_THROW((void)p.allocate(8 * MiB, s), out_of_memory);  // the cap is met: the pool is at its limit
   checker.free_after_work(x, 500.0);  // on s, behind queued work
   const std::uint64_t waits = p.stats().driver.wait_calls();
@@ -289,6 +287,41 @@ TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
   checker.check();
   checker.free(small);
   p.forget_stream(s);
+}
+
+// Near the device's limit, before any allocation has failed, growth makes the limit's 8 MiB
+// handles: the pool grows into the device's last quarter (the room a growth would leave is less
+// than a quarter of what the pool would hold). Placement keeps its rules: a block placed there
+// splits nothing. release() ends it, as it ends the limit (docs/RESULTS.md, section 0, "Near the
+// device's limit").
+TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* a = checker.allocate(512 * MiB);  // leaves 512 MiB, more than a quarter of 512
+  const std::vector<std::size_t> eight(8, 64 * MiB);
+  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(eight.begin(), eight.end()));
+  void* b = checker.allocate(320 * MiB);  // would leave 192 MiB, less than a quarter of 832
+  std::multiset<std::size_t> sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(64 * MiB), 8u) << "a's handles";
+  EXPECT_EQ(sizes.count(8 * MiB), 40u) << "b in 8 MiB handles";
+  EXPECT_EQ(sizes.size(), 48u);
+  EXPECT_EQ(p.stats().out_of_memory_recoveries, 0u) << "nothing has met the limit";
+  checker.free(a);
+  sim->run_until_idle();
+  const std::uint64_t calls = p.stats().driver.memory_calls();
+  void* c = checker.allocate(40 * MiB);  // cuts one of a's 64 MiB handles
+  EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "near the limit, not at it: no split";
+  checker.check();
+  checker.free(b);
+  checker.free(c);
+  sim->run_until_idle();
+  (void)p.release();
+  void* d = checker.allocate(320 * MiB);
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}))
+      << "release() ended it";
+  checker.check();
+  checker.free(d);
 }
 
 // The limit ends when the device has room again: here a byte cap met and then raised (as
