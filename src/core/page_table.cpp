@@ -16,11 +16,12 @@
 // section 0, "Handles at the device's limit"); the calls more handles cost are paid only by a pool
 // at its limit. Near the limit (a growth would leave the device less room than a quarter of what
 // the pool holds: growth.cpp) growth's new handles are 8 MiB too, before any allocation has
-// failed: the 64 MiB handles made last, while the pool grows into the device's last quarter, are
-// the ones the loop's steps cut, and their pinned rests failed allocations at the limit that 8 MiB
-// handles there do not (docs/RESULTS.md, section 0, "Near the device's limit"). Placement's rules
-// stay those away from the limit until the out-of-memory path runs: with them, the handles made
-// before were split in the loop's first passes, for several times the driver calls. Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
+// failed: a loop at its capacity cuts and remaps the handles made while the pool grew into that
+// last room step after step, and 64 MiB ones there stranded rests that failed allocations where 8
+// MiB ones do not (docs/RESULTS.md, section 0, "Near the device's limit"). Placement's rules stay
+// those away from the limit until the out-of-memory path runs: with them, the 64 MiB handles made
+// before were split in every such loop's first passes, for several times the driver calls.
+// Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
 // spans whole handles, and smaller ones made later passes map aliases again. Small arenas use the
 // granularity: small blocks share pages, and a page goes back only when none of them is live. How
 // large handles are split when a block would pin a small part of one is placement.cpp's; the

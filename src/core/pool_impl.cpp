@@ -317,6 +317,7 @@ void pool_impl::reset_peak_stats() {
 void pool_impl::set_byte_cap(std::size_t bytes) {
   std::lock_guard guard(lock_);
   byte_cap_ = bytes;
+  next_room_check_held_ = 0;  // the room is the new cap's: the next growth looks again (growth.cpp)
 }
 
 std::size_t pool_impl::byte_cap() {

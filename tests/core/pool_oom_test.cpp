@@ -320,8 +320,12 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
   void* d = checker.allocate(320 * MiB);
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}))
       << "release() ended it";
+  p.set_byte_cap(384 * MiB);
+  void* e = checker.allocate(48 * MiB);  // the cap leaves 16 MiB, less than a quarter of 368
+  EXPECT_EQ(handle_sizes(p).count(8 * MiB), 6u) << "a lowered cap is looked at by the next growth";
   checker.check();
   checker.free(d);
+  checker.free(e);
 }
 
 // The limit ends when the device has room again: here a byte cap met and then raised (as
