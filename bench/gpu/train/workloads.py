@@ -30,6 +30,12 @@ from torch import nn
 AUTOCAST = torch.bfloat16
 
 
+def step_seed(seed, step):
+    """The seed of step `step`'s data in a run seeded `seed`: the same data under every allocator,
+    and a different draw for every step and run seed."""
+    return seed * 100003 + step
+
+
 class Block(nn.Module):
     """Pre-norm transformer block: causal self-attention (scaled_dot_product_attention) and an MLP."""
 
@@ -348,7 +354,7 @@ class LlamaGeneration:
 
     def step(self, i):
         batch, prompt, new_tokens = self.shapes[i]
-        torch.manual_seed(self.seed * 100003 + i)  # the same samples under every allocator
+        torch.manual_seed(step_seed(self.seed, i))  # the same samples under every allocator
         tokens = torch.randint(3, self.vocab, (batch, prompt), device="cuda")
         out = self.model.generate(tokens, attention_mask=torch.ones_like(tokens), do_sample=True,
                                   max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
@@ -425,7 +431,7 @@ class LlamaServing(LlamaGeneration):
         count = decodes + sum(prompts)
         if count == 0:
             return
-        torch.manual_seed(self.seed * 100003 + i)  # the same tokens under every allocator
+        torch.manual_seed(step_seed(self.seed, i))  # the same tokens under every allocator
         tokens = torch.randint(3, self.vocab, (1, count), device="cuda")
         last = list(range(decodes))
         end = decodes
@@ -460,7 +466,7 @@ class LlamaRolloutTraining(_Training):
 
     def step(self, i):
         batch, prompt, completion = self.shapes[i]
-        torch.manual_seed(self.seed * 100003 + i)  # the same samples under every allocator
+        torch.manual_seed(step_seed(self.seed, i))  # the same samples under every allocator
         prompts = torch.randint(3, self.vocab, (batch, prompt), device="cuda")
         self.model.eval()
         with torch.no_grad(), torch.autocast("cuda", dtype=AUTOCAST):
@@ -511,7 +517,7 @@ class BertMaskedLMTraining(_Training):
 
     def step(self, i):
         batch, length = self.shapes[i]
-        generator = torch.Generator().manual_seed(self.seed * 100003 + i)  # the same batch under every allocator
+        generator = torch.Generator().manual_seed(step_seed(self.seed, i))  # the same batch under every allocator
         lengths = torch.randint(length // 2, length + 1, (batch,), generator=generator)
         lengths[0] = length
         positions = torch.arange(length)
@@ -583,7 +589,7 @@ class Wav2Vec2CTCTraining(_Training):
 
     def loss_of(self, batch, samples):
         # The same utterances under every allocator: seeded by the step.
-        generator = torch.Generator().manual_seed(self.seed * 100003 + self.step_index)
+        generator = torch.Generator().manual_seed(step_seed(self.seed, self.step_index))
         lengths = torch.randint(samples // 2, samples + 1, (batch,), generator=generator)
         lengths[0] = samples
         audio = torch.randn(batch, samples, generator=generator)
@@ -614,8 +620,8 @@ class MaskRCNNTraining(_Training):
 
     def _batch(self, i, images):
         """The step's images (on the GPU) and their targets: the same under every allocator."""
-        generator = torch.Generator().manual_seed(self.seed * 100003 + i)
-        pixels = torch.Generator(device="cuda").manual_seed(self.seed * 100003 + i)
+        generator = torch.Generator().manual_seed(step_seed(self.seed, i))
+        pixels = torch.Generator(device="cuda").manual_seed(step_seed(self.seed, i))
         inputs, targets = [], []
         for height, width, objects in zip(images[0::3], images[1::3], images[2::3]):
             inputs.append(torch.rand(3, height, width, device="cuda", generator=pixels))
@@ -655,7 +661,7 @@ class MeshGraphNetTraining(_Training):
 
     def loss_of(self, *grids):
         batch = self.meshes.mesh_batch(list(zip(grids[0::2], grids[1::2])), self.size,
-                                       self.seed * 100003 + self.step_index)
+                                       step_seed(self.seed, self.step_index))
         return F.mse_loss(self.model(batch.x, batch.edge_index, batch.edge_attr).float(), batch.y)
 
 
@@ -692,7 +698,7 @@ class LatentDiffusionTraining(_Training):
 
     def loss_of(self, batch, height, width):
         # The same images, captions, noise and timesteps under every allocator: seeded by the step.
-        generator = torch.Generator(device="cuda").manual_seed(self.seed * 100003 + self.step_index)
+        generator = torch.Generator(device="cuda").manual_seed(step_seed(self.seed, self.step_index))
         images = torch.rand(batch, 3, height, width, device="cuda", generator=generator, dtype=AUTOCAST) * 2 - 1
         captions = torch.randint(0, self.size.text_vocab, (batch, self.size.text_tokens), device="cuda",
                                  generator=generator)
