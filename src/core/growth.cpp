@@ -99,12 +99,14 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
     ~growth_served() { a.serve_growth(false); }
   } restore{where};
   where.serve_growth(true);
+  bool may_grow = true;
   if (pages_.at_limit() || pages_.near_limit()) {
-    leave_limit_if_device_has_room();
+    const std::size_t creatable = leave_limit_if_device_has_room();
+    if (pages_.at_limit()) may_grow = growth_fits_device(where, size, s.slot, creatable);
   } else if (virtual_memory_) {
     watch_device_room(size);
   }
-  if (grow(where, size, s.slot) == growth::grown) {
+  if (may_grow && grow(where, size, s.slot) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }
   // Growth failed at the device's limit (or the byte cap): from here handles are smaller, so that
@@ -113,14 +115,26 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   return out_of_memory_path(where, size, requested, s);
 }
 
-void pool_impl::leave_limit_if_device_has_room() {
+bool pool_impl::growth_fits_device(arena& where, std::size_t size, std::uint32_t slot, std::size_t creatable) {
+  // At the limit the device often has less room than any growth for a large request maps. Tried,
+  // such a growth made handles until the driver refused and handed them all back (a loop at its
+  // capacity, hundreds of calls a miss), before the out-of-memory path planned the growth that maps
+  // least and handed back only what that lacks. So it is not tried. Past the budget growth steals
+  // rather than creates, and the device's room does not bound it.
+  if (!virtual_memory_ || beyond_growth_budget(size)) return true;
+  return where.cheapest_growth(size, slot).map_bytes <= creatable;
+}
+
+std::size_t pool_impl::leave_limit_if_device_has_room() {
   // Looked at before growth only, never from the out-of-memory path: the room that path has just
   // handed back is the limit's, not the device's. A quarter of what the pool holds is more room
   // than a loop running at its capacity finds at a growth, so such a loop stays at the limit; a
   // program that met the limit once (a warm-up, another process since gone, a byte cap since
   // raised, a sleep) finds it at its next growth. One cuMemGetInfo, and only while at or near the
   // limit.
-  if (creatable_bytes(calls_.free_bytes()) >= pages_.held_bytes() / room_of_held_inverse) forget_device_limit();
+  const std::size_t creatable = creatable_bytes(calls_.free_bytes());
+  if (creatable >= pages_.held_bytes() / room_of_held_inverse) forget_device_limit();
+  return creatable;
 }
 
 void pool_impl::watch_device_room(std::size_t size) {

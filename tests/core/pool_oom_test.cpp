@@ -328,6 +328,35 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
   checker.free(e);
 }
 
+// At the limit a growth the device cannot give is not tried: the pool goes to the out-of-memory
+// path at once, which hands back only what the growth that maps least lacks. Tried, it made
+// handles until the driver refused and handed them all back (docs/RESULTS.md, section 0, "On an
+// H100: the optimizer-state hint, the diffusion U-Net at 1.10x its peak").
+TEST(PoolOutOfMemory, AtTheLimitAGrowthTheDeviceCannotGiveIsNotTried) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* a = checker.allocate(96 * MiB);
+  void* b = checker.allocate(96 * MiB);
+  checker.free(a);
+  void* c = checker.allocate(120 * MiB);  // the out-of-memory path runs: the pool is at its limit
+  checker.free(c);
+  sim->run_until_idle();
+  std::set<std::pair<device_address, std::size_t>> before;
+  for (const handle_description& h : p.describe().handles) before.insert({h.address, h.size});
+  const driver_call_counts calls = p.stats().driver;
+  void* d = checker.allocate(144 * MiB);  // no free block fits, and the device lacks what growth maps
+  driver_call_counts spent = p.stats().driver;
+  spent -= calls;
+  std::size_t made = 0;
+  for (const handle_description& h : p.describe().handles) made += before.count({h.address, h.size}) == 0 ? 1 : 0;
+  EXPECT_GT(made, 0u);
+  EXPECT_EQ(spent.of(driver_call::mem_create), made) << "every handle made is one the pool keeps";
+  checker.check();
+  checker.free(b);
+  checker.free(d);
+}
+
 // The limit ends when the device has room again: here a byte cap met and then raised (as
 // torch.cuda.set_per_process_memory_fraction may). While the room left is short of a quarter of
 // what the pool holds, growth keeps making 8 MiB handles; after the raise, handles of up to 64 MiB.
