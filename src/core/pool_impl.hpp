@@ -514,7 +514,8 @@ class pool_impl {
   /// Whole free handles of every arena: what stealing or releasing can reach.
   [[nodiscard]] std::size_t whole_free_handle_bytes() const noexcept;
   /// Ends the device's limit and its nearness (page_table::at_limit, near_limit) when the device
-  /// could give the pool a quarter of what it holds again (growth.cpp).
+  /// could give the pool a quarter of what it holds again (growth.cpp). Returns what growth may
+  /// create now (creatable_bytes of the driver's free memory).
   std::size_t leave_limit_if_device_has_room();
   /// At the device's limit, whether the growth for `size` that maps least fits what the device can
   /// still give (`creatable`), and if so that growth is the one grow() makes (growth.cpp).
