@@ -15,12 +15,15 @@
 // enough of it to fail allocations on devices where expandable segments ran (docs/RESULTS.md,
 // section 0, "Handles at the device's limit"); the calls more handles cost are paid only by a pool
 // at its limit. Near the limit (a growth would leave the device less room than a quarter of what
-// the pool holds: growth.cpp) growth's new handles are 8 MiB too, before any allocation has
-// failed: a loop at its capacity cuts and remaps the handles made while the pool grew into that
-// last room step after step, and 64 MiB ones there stranded rests that failed allocations where 8
-// MiB ones do not (docs/RESULTS.md, section 0, "Near the device's limit"). Placement's rules stay
-// those away from the limit until the out-of-memory path runs: with them, the 64 MiB handles made
-// before were split in every such loop's first passes, for several times the driver calls.
+// the pool holds: growth.cpp), before any allocation has failed, the last 256 MiB of each growth
+// are mapped in 8 MiB handles too: a loop at its capacity cuts and remaps the handles made while
+// the pool grew into that last room, and 64 MiB ones there stranded rests that failed allocations
+// where 8 MiB ones do not. What a growth maps before its last 256 MiB lies under the request's own
+// block, which covers those handles whole; made 8 MiB as well, a loop's huge blocks cost several
+// times the first pass's driver calls for no allocation saved (docs/RESULTS.md, section 0, "Near
+// the device's limit"). Placement's rules stay those away from the limit until the out-of-memory
+// path runs: with them, the 64 MiB handles made before were split in every such loop's first
+// passes, for several times the driver calls.
 // Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
 // spans whole handles, and smaller ones made later passes map aliases again. Small arenas use the
 // granularity: small blocks share pages, and a page goes back only when none of them is live. How
@@ -41,6 +44,8 @@ namespace {
 constexpr std::size_t max_large_handle_granules = 32;    // 64 MiB at the usual 2 MiB granularity
 constexpr std::size_t max_handle_granules_at_limit = 4;  // 8 MiB
 constexpr std::size_t max_aliased_handle_granules = 32;  // 64 MiB
+// Near the limit, the last this many granules of a growth (256 MiB) get the limit's handles.
+constexpr std::size_t near_limit_small_handle_tail_granules = 128;
 // One sequence for every pool's exports in this process: an export id is never reused here.
 std::atomic<std::uint64_t> last_export_id{0};
 }  // namespace
@@ -251,7 +256,9 @@ driver_status page_table::add_peer(int peer) {
 
 std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept {
   if (!large_handles) return granularity_;
-  if (near_limit_ && !aliasing) return std::min(bytes, max_handle_granules_at_limit * granularity_);
+  if (near_limit_ && !aliasing && bytes < near_limit_small_handle_tail_granules * granularity_) {
+    return std::min(bytes, max_handle_granules_at_limit * granularity_);
+  }
   return std::min(bytes, largest_growth_handle(aliasing));
 }
 

@@ -154,7 +154,8 @@ class page_table {
   [[nodiscard]] bool at_limit() const noexcept { return at_limit_; }
   /// Whether the pool is near the device's limit: a growth found that it would leave the device
   /// less room than a quarter of what the pool holds (growth.cpp), and nothing has ended it since
-  /// (as at_limit()). There growth's new handles are the limit's size; placement does not change.
+  /// (as at_limit()). There the last 256 MiB of each growth are in the limit's handles; placement
+  /// does not change.
   void set_near_limit(bool near_limit) noexcept { near_limit_ = near_limit; }
   [[nodiscard]] bool near_limit() const noexcept { return near_limit_; }
 
