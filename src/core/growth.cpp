@@ -115,7 +115,8 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   return out_of_memory_path(where, size, requested, s);
 }
 
-bool pool_impl::growth_fits_device(arena& where, std::size_t size, std::uint32_t slot, std::size_t creatable) {
+bool pool_impl::growth_fits_device(const arena& where, std::size_t size, std::uint32_t slot,
+                                   std::size_t creatable) const {
   // At the limit the device often has less room than any growth for a large request maps. Tried,
   // such a growth made handles until the driver refused and handed them all back (a loop at its
   // capacity, hundreds of calls a miss), before the out-of-memory path planned the growth that maps

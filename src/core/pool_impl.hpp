@@ -518,8 +518,10 @@ class pool_impl {
   /// create now (creatable_bytes of the driver's free memory).
   std::size_t leave_limit_if_device_has_room();
   /// At the device's limit, whether the growth for `size` that maps least fits what the device can
-  /// still give (`creatable`), and if so that growth is the one grow() makes (growth.cpp).
-  [[nodiscard]] bool growth_fits_device(arena& where, std::size_t size, std::uint32_t slot, std::size_t creatable);
+  /// still give (`creatable`); when it does not, allocate_slow() goes to the out-of-memory path
+  /// without trying growth (growth.cpp).
+  [[nodiscard]] bool growth_fits_device(const arena& where, std::size_t size, std::uint32_t slot,
+                                        std::size_t creatable) const;
   /// Marks the pool near the device's limit (page_table::near_limit) when a growth of `size` would
   /// leave the device less room than a quarter of what the pool would hold (growth.cpp). Asks the
   /// driver only once held memory passes next_room_check_held_.
