@@ -13,9 +13,9 @@
 //
 // Reclaim only what the request needs. A request the byte cap could never hold fails at once; what
 // growth mapped for a request it could not finish goes back; at each step free handles go back
-// only when what the driver can still give falls short and the handles cover the rest. When
-// nothing helps, the cache stays as it was, and tidepool::out_of_memory carries the figures a user
-// needs to understand why.
+// only when what the driver can still give falls short and the handles cover the rest, those of
+// the request's own arena first. When nothing helps, the cache stays as it was, and
+// tidepool::out_of_memory carries the figures a user needs to understand why.
 #include <fmt/format.h>
 
 #include <limits>
@@ -72,7 +72,12 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
             over > 0 ? round_up(static_cast<std::size_t>(over), pages_.granularity()) : 0;
         const std::size_t give = std::min(std::max(lacks, beyond_budget), reachable);
         if (give >= lacks) {
-          if (give != 0) (void)release_free(give, any_tick, nullptr, false, plan.joined);
+          // From the request's own arena first. In the arenas' order a large request took the
+          // small arenas' free pages first, and each of their next pages came back through this
+          // path, for a large handle each (docs/RESULTS.md, section 0, "The request's own arena
+          // first").
+          const std::size_t given = give != 0 ? release_free(give, any_tick, &where, false, plan.joined) : 0;
+          if (given < give) (void)release_free(give - given, any_tick, nullptr, false, plan.joined);
           return true;
         }
         // Not without the joined blocks' handles: as when no room serves.

@@ -357,6 +357,38 @@ TEST(PoolOutOfMemory, AtTheLimitAGrowthTheDeviceCannotGiveIsNotTried) {
   checker.free(d);
 }
 
+// At the limit a large request hands back its own arena's free handles before the small arenas'
+// pages: taken in the arenas' order, each of those pages came back through the out-of-memory path
+// at the small arena's next miss, for a large handle each.
+TEST(PoolOutOfMemory, AtTheLimitALargeRequestHandsBackItsOwnArenasHandlesFirst) {
+  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  std::vector<void*> small;
+  for (int i = 0; i < 48; ++i) small.push_back(checker.allocate(MiB));  // 24 pages of 2 MiB
+  void* a = checker.allocate(64 * MiB);
+  void* b = checker.allocate(8 * MiB);
+  void* e = checker.allocate(64 * MiB);
+  for (void* s : small) checker.free(s);
+  checker.free(a);
+  checker.free(e);
+  sim->run_until_idle();
+  auto small_bytes = [&p] {
+    std::size_t bytes = 0;
+    for (const block_description& d : p.describe().blocks) {
+      if (d.small && d.state != block_description::status::unmapped) bytes += d.size;
+    }
+    return bytes;
+  };
+  ASSERT_EQ(small_bytes(), 48 * MiB);
+  p.set_byte_cap(p.stats().mapped_bytes);  // at the limit: growth needs what goes back
+  void* c = checker.allocate(100 * MiB);   // fits no free block
+  EXPECT_EQ(small_bytes(), 48 * MiB) << "the small arena's free pages stay";
+  checker.check();
+  checker.free(b);
+  checker.free(c);
+}
+
 // The limit ends when the device has room again: here a byte cap met and then raised (as
 // torch.cuda.set_per_process_memory_fraction may). While the room left is short of a quarter of
 // what the pool holds, growth keeps making 8 MiB handles; after the raise, handles of up to 64 MiB.
