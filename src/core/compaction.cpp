@@ -206,8 +206,12 @@ bool pool_impl::compact_for(std::size_t need, const stream_state& s) {
   // The whole device, not just the streams the pool knows: a live block may be read on a stream
   // that never allocated or freed it.
   wait_for_device(true);
-  std::size_t released = 0;
-  remake_partly_live(lacks > whole_handles ? lacks - whole_handles : lacks, released);
+  // A remade handle's new handles exist beside the old one for a moment: with the device full they
+  // have no room until the whole free handles (counted above, and handed back by the retry anyway)
+  // go back, so those go first.
+  constexpr std::uint64_t any_free = std::numeric_limits<std::uint64_t>::max();
+  std::size_t released = whole_handles != 0 ? release_free(std::min(whole_handles, lacks), any_free) : 0;
+  if (released < lacks) remake_partly_live(lacks - released, released);
   return released != 0;
 }
 

@@ -3,7 +3,8 @@
 // blocks leave untouched could serve is served, every live byte where it was; a request that even
 // that could not serve fails as before with nothing moved, as does the first one with the option
 // off (the default), whose error names what compaction would have handed back; another thread's
-// allocation waits for the compaction and is then served.
+// allocation waits for the compaction and is then served. With the device full, the whole free
+// handles go back first to give the remade handles room.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -73,6 +74,36 @@ TEST(PoolOutOfMemoryCompaction, ARequestOnlyCompactionCanServeIsServedWithEveryB
   for (const live_block& b : l.live) checker.free(b.ptr);
   (void)p.release();
   EXPECT_EQ(sim->physical_bytes(0), 0u);
+}
+
+// The device full to the last byte, with whole free handles beside the pinned ones and a request
+// larger than those and the largest free block together (so the path's earlier steps hand nothing
+// back): a remade handle's new handles need room beside the old one, so the whole free handles go
+// back first. Before, compaction found no room, moved nothing, and the request failed.
+TEST(PoolOutOfMemoryCompaction, WithTheDeviceFullTheWholeFreeHandlesMakeRoomForTheRemade) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  pool p(sim, 0, compacting_on_out_of_memory());
+  pool_checker checker(*sim, p);
+  const released_layout l = pin_and_release(p, checker, *sim, 7);
+  const std::size_t compactable = l.held - l.touched;
+  ASSERT_GT(compactable, 4 * granule) << "too little pinned for the test to prove anything";
+  void* filler = checker.allocate(24 * MiB);  // fits no free rest of the layout: handles of its own
+  checker.free(filler);
+  sim->run_until_idle();
+  const std::size_t held = sim->physical_bytes(0);
+  const std::size_t whole = held - l.held;
+  ASSERT_GT(whole, 0u);
+  p.set_byte_cap(held);  // no room for anything new
+  const std::size_t request = whole + compactable * 3 / 4;
+  ASSERT_GT(request, whole + p.describe().largest_free_block);
+  void* big = checker.allocate(request);
+  EXPECT_EQ(p.stats().out_of_memory_recoveries, 1u);
+  EXPECT_LE(sim->physical_bytes(0), held);
+  checker.check();
+  checker.check_patterns();
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  checker.free(big);
+  for (const live_block& b : l.live) checker.free(b.ptr);
 }
 
 TEST(PoolOutOfMemoryCompaction, ARequestEvenCompactionCannotServeFailsWithNothingMoved) {
