@@ -30,6 +30,10 @@
 
 namespace tidepool::detail {
 
+namespace {
+constexpr std::uint64_t any_tick = std::numeric_limits<std::uint64_t>::max();  // release_free: freed at any time
+}  // namespace
+
 std::vector<arena::partly_live_handle> arena::partly_live_handles(const std::vector<std::uint32_t>& staying,
                                                                   bool asleep) const {
   std::vector<partly_live_handle> found;
@@ -179,8 +183,7 @@ std::size_t pool_impl::compact() {
   wait_for_streams_in_use();
   trim_floor_ = 0;
   forget_device_limit();
-  std::size_t released = release_in_steps(std::numeric_limits<std::size_t>::max(),
-                                          std::numeric_limits<std::uint64_t>::max());
+  std::size_t released = release_in_steps(std::numeric_limits<std::size_t>::max(), any_tick);
   remake_partly_live(std::numeric_limits<std::size_t>::max(), released);
   return released;
 }
@@ -209,8 +212,7 @@ bool pool_impl::compact_for(std::size_t need, const stream_state& s) {
   // A remade handle's new handles exist beside the old one for a moment: with the device full they
   // have no room until the whole free handles (counted above, and handed back by the retry anyway)
   // go back, so those go first.
-  constexpr std::uint64_t any_free = std::numeric_limits<std::uint64_t>::max();
-  std::size_t released = whole_handles != 0 ? release_free(std::min(whole_handles, lacks), any_free) : 0;
+  std::size_t released = whole_handles != 0 ? release_free(std::min(whole_handles, lacks), any_tick) : 0;
   if (released < lacks) remake_partly_live(lacks - released, released);
   return released != 0;
 }
