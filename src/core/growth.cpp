@@ -184,7 +184,7 @@ bool pool_impl::beyond_growth_budget(std::size_t size) const noexcept {
   return static_cast<double>(pages_.held_bytes() + round_up(size, pages_.granularity())) > growth_budget(size);
 }
 
-bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
+bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget, std::size_t from_recycled) {
   if (byte_cap_ != std::numeric_limits<std::size_t>::max() &&
       (pages_.held_bytes() > byte_cap_ || bytes > byte_cap_ - pages_.held_bytes())) {
     return false;
@@ -194,8 +194,10 @@ bool pool_impl::within_limits(std::size_t bytes, std::size_t& headroom_budget) {
       const std::size_t free = calls_.free_bytes();
       headroom_budget = free > options_.headroom ? free - options_.headroom : 0;
     }
-    if (bytes > headroom_budget) return false;
-    headroom_budget -= bytes;
+    // Recycled handles are the driver's memory already: its free figure does not count them.
+    const std::size_t new_bytes = bytes - std::min(bytes, from_recycled);
+    if (new_bytes > headroom_budget) return false;
+    headroom_budget -= new_bytes;
   }
   return true;
 }
@@ -319,15 +321,26 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   // of it would only be handed back, and with them, by release_free's order, other cached ones).
   std::size_t new_bytes = 0;
   std::size_t remaining = failure == driver_status::success && w.map_bytes > mapped ? w.map_bytes - mapped : 0;
-  if (remaining > 0 && !within_limits(remaining, headroom_budget)) {
+  auto next_handle_size = [&](std::size_t left) {
+    return pages_.handle_size_for(partial_end && left > g ? left - g : left, where.settings().large_handles, aliasing);
+  };
+  // On the out-of-memory path the handles it handed back are kept for this growth
+  // (handle_recycling.cpp): those of no size it makes go back to the driver before it creates any.
+  if (pages_.recycled_bytes() != 0) {
+    std::vector<std::size_t> sizes;
+    for (std::size_t left = remaining; left > 0;) {
+      sizes.push_back(next_handle_size(left));
+      left -= sizes.back();
+    }
+    pages_.keep_recycled_for(std::move(sizes));
+  }
+  if (remaining > 0 && !within_limits(remaining, headroom_budget, pages_.recycled_bytes())) {
     result = growth::no_memory;
     remaining = 0;
   }
   std::vector<std::uint32_t> made;
   while (remaining > 0) {
-    const std::size_t handle_size =
-        pages_.handle_size_for(partial_end && remaining > g ? remaining - g : remaining,
-                              where.settings().large_handles, aliasing);
+    const std::size_t handle_size = next_handle_size(remaining);
     std::uint32_t id = 0;
     status = pages_.create(handle_size, id);
     if (status == driver_status::out_of_memory) {

@@ -30,6 +30,29 @@ namespace tidepool::detail {
 namespace {
 constexpr std::uint64_t any_tick = std::numeric_limits<std::uint64_t>::max();
 constexpr std::size_t everything = std::numeric_limits<std::size_t>::max();
+
+// Recycles the handles handed back while it lives (page_table::start_recycling); those growth did
+// not take go back to the driver when it ends, on every way out.
+class recycling_scope {
+ public:
+  recycling_scope(page_table& pages, bool virtual_memory) : pages_(virtual_memory ? &pages : nullptr) {
+    if (pages_ != nullptr) pages_->start_recycling();
+  }
+  ~recycling_scope() {
+    if (pages_ == nullptr) return;
+    try {
+      pages_->stop_recycling();
+    } catch (...) {
+      // A driver that throws from mem_release: the handle stays on the unreleased list, which
+      // release() and the destructor try again.
+    }
+  }
+  recycling_scope(const recycling_scope&) = delete;
+  recycling_scope& operator=(const recycling_scope&) = delete;
+
+ private:
+  page_table* pages_;
+};
 }  // namespace
 
 block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t requested, stream_state& s) {
@@ -95,13 +118,19 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     cover_frees(s);  // frees made on s while the lock was dropped
     settle_frees(false);
     if (block* b = where.take(size, s.slot)) return b;
-    if (!make_room()) return nullptr;
-    // Handing back made rooms of its own: the cheapest is planned again over what is there now.
-    if (virtual_memory_) where.prefer_room(where.cheapest_growth(size, s.slot).room, s.slot);
-    const std::size_t held_before_growth = pages_.held_bytes();
-    if (grow(where, size, s.slot) == growth::grown) return where.take(size, s.slot);
-    hand_back_growth(held_before_growth);
-    return nullptr;
+    bool grown = false;
+    {
+      // The handles handed back here are kept for the growth below, which maps those of the sizes
+      // it makes again rather than the driver releasing and creating them (handle_recycling.cpp).
+      const recycling_scope recycling(pages_, virtual_memory_);
+      if (!make_room()) return nullptr;
+      // Handing back made rooms of its own: the cheapest is planned again over what is there now.
+      if (virtual_memory_) where.prefer_room(where.cheapest_growth(size, s.slot).room, s.slot);
+      const std::size_t held_before_growth = pages_.held_bytes();
+      grown = grow(where, size, s.slot) == growth::grown;
+      if (!grown) hand_back_growth(held_before_growth);
+    }
+    return grown ? where.take(size, s.slot) : nullptr;
   };
   auto recovered = [&](block* b) {
     ++recoveries_;

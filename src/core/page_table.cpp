@@ -69,6 +69,7 @@ std::uint32_t page_table::new_record() {
 }
 
 driver_status page_table::create(std::size_t size, std::uint32_t& id) {
+  if (!recycled_.empty() && take_recycled(size, id)) return driver_status::success;
   physical_handle handle = 0;
   const driver_status status = calls_.mem_create(size, &handle);
   if (status != driver_status::success) return status;
@@ -221,6 +222,16 @@ driver_status page_table::release_all(const std::vector<std::uint32_t>& ids, std
   driver_status first_failure = driver_status::success;
   for (std::uint32_t id : ids) {
     const std::size_t size = handles_[id].size;
+    if (recycling_) {
+      // Kept for the growth that follows; released by stop_recycling() if it takes none of this size.
+      std::erase(unreleased_, id);
+      close_export(handles_[id]);  // as a release would: an importer must not find it again
+      held_ -= size;
+      recycled_.push_back(id);
+      recycled_bytes_ += size;
+      released += size;
+      continue;
+    }
     const driver_status status = release(id);  // a failure is kept on the unreleased list
     if (status == driver_status::success) {
       released += size;

@@ -124,6 +124,20 @@ class page_table {
   driver_status release_all(const std::vector<std::uint32_t>& ids, std::size_t& released);
   /// Tries again every handle whose release failed: release_all over them.
   driver_status retry_unreleased(std::size_t& released);
+
+  // --- handles recycled from the out-of-memory path's hand-back into its growth (handle_recycling.cpp) ---
+  /// From here until stop_recycling(), release_all() keeps the unmapped handles it is given instead
+  /// of releasing them: they leave held_bytes() at once (and count as released to its caller), and
+  /// create() of a kept handle's size takes one back with no driver call.
+  void start_recycling() noexcept { recycling_ = true; }
+  /// Releases every kept handle create() has not taken, and keeps no more. A failed release is
+  /// kept on the unreleased list, as release() keeps it.
+  void stop_recycling();
+  /// Releases the kept handles that creating handles of `sizes`, in any order, would not take: the
+  /// driver then has their room before the first create of a size none was kept of.
+  void keep_recycled_for(std::vector<std::size_t> sizes);
+  /// Bytes of the kept handles: the driver still counts them, held_bytes() does not.
+  [[nodiscard]] std::size_t recycled_bytes() const noexcept { return recycled_bytes_; }
   [[nodiscard]] bool has_unreleased() const noexcept { return !unreleased_.empty(); }
   [[nodiscard]] std::size_t unreleased_bytes() const noexcept;
 
@@ -211,6 +225,15 @@ class page_table {
   // Handles already unmapped whose mem_release failed: no block covers them any more, so only this
   // list keeps them from leaking.
   std::vector<std::uint32_t> unreleased_;
+  // Handles the out-of-memory path handed back while recycling: unmapped, not in held_, still the
+  // driver's to release (handle_recycling.cpp).
+  bool recycling_ = false;
+  std::vector<std::uint32_t> recycled_;
+  std::size_t recycled_bytes_ = 0;
+  // Releases kept handle `id` (out of recycled_), or keeps it on the unreleased list.
+  void release_recycled(std::uint32_t id);
+  // Takes a kept handle of `size` bytes into held_bytes(); false when none of that size is kept.
+  bool take_recycled(std::size_t size, std::uint32_t& id) noexcept;
   // Maps handle `id` at `at` with the peers' access and names it in the range's granules; undoes
   // the map if access fails. map() and map_alias() record the mapping.
   driver_status map_at(std::uint32_t id, address_range& range, device_address at);

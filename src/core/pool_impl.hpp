@@ -415,7 +415,11 @@ class pool_impl {
   /// Whether mapping `size` more bytes would take held memory past the growth budget, so that
   /// growth must steal.
   [[nodiscard]] bool beyond_growth_budget(std::size_t size) const noexcept;
-  [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget);
+  /// Whether `bytes` more may be mapped under the byte cap and pool_options::headroom (the driver's
+  /// free figure read once into `headroom_budget`, which is reduced by what is counted);
+  /// `from_recycled` of them are handles the out-of-memory path kept (handle_recycling.cpp), which
+  /// the driver's free figure does not include.
+  [[nodiscard]] bool within_limits(std::size_t bytes, std::size_t& headroom_budget, std::size_t from_recycled = 0);
 
   // stream_order.cpp's side of the pool (release_policy.cpp)
   /// Where a block freed on `s` with number `sequence` goes: slot 0 if an event of `s` that covers

@@ -136,6 +136,57 @@ driver_call_counts run_trace(const fault_arming& arm) {
   return calls;
 }
 
+// A pool at its byte cap whose misses hand handles back and map them again elsewhere (the
+// out-of-memory path's recycled handles, handle_recycling.cpp): the sequence of
+// PoolHandleRecyclingAtTheLimit, twice, with the pool's count checked against the driver's at
+// every step.
+driver_call_counts run_recycling(const fault_arming& arm) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  arm(*sim);
+  const driver_call_counts before = sim->call_counts();
+  pool_options options;
+  options.byte_cap = 96 * MiB;
+  std::optional<pool> p = make_pool(sim, options);
+  if (!p) return {};
+  pool_checker checker(*sim, *p);
+  auto allocate = [&](std::size_t size) -> void* {
+    try {
+      return checker.allocate(size);
+    } catch (const std::exception& e) {
+      expect_clear(e);
+      return nullptr;
+    }
+  };
+  auto free = [&](void*& ptr) {
+    if (ptr != nullptr && with_retries([&] { checker.free_or_keep(ptr); })) ptr = nullptr;
+  };
+  auto check = [&] {
+    checker.check();
+    EXPECT_EQ(p->stats().mapped_bytes, sim->physical_bytes(0)) << "the pool's count is not the driver's";
+  };
+  for (int round = 0; round < 2 && !::testing::Test::HasFailure(); ++round) {
+    void* a = allocate(48 * MiB);
+    void* b = allocate(24 * MiB);
+    free(a);
+    void* c = allocate(60 * MiB);
+    check();
+    void* d = allocate(8 * MiB);
+    free(c);
+    void* below = allocate(56 * MiB);
+    void* above = allocate(4 * MiB);
+    free(below);
+    check();
+    void* e = allocate(58 * MiB);
+    check();
+    for (void* x : {b, d, above, e}) free(x);
+    check();
+  }
+  expect_clean_and_working(*sim, *p, checker);
+  driver_call_counts calls = sim->call_counts();
+  calls -= before;
+  return calls;
+}
+
 // `cached`: the thread has a cache from its first call and sizes repeat (8 of them), so blocks
 // wait in the cache when a driver call fails and the slow paths take them back.
 driver_call_counts run_stress_with(const fault_arming& arm, bool cached) {
@@ -361,6 +412,11 @@ TEST(PoolFaults, AFailedEventQueryNeverFreesARecordedBlockEarly) {
 TEST(PoolFaultSweep, BundledTrace) {
   const fault_sweep_result r = sweep_faults("gpt_small_vary, first 150 rows", run_trace, 20);
   EXPECT_GT(r.every_call_points, 100u);
+}
+
+TEST(PoolFaultSweep, HandlesRecycledAtTheLimit) {
+  const fault_sweep_result r = sweep_faults("handles recycled at a 96 MiB byte cap", run_recycling, 20);
+  EXPECT_GT(r.every_call_points, 50u);
 }
 
 TEST(PoolFaultSweep, StressSequence) {
