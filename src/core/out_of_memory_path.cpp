@@ -72,7 +72,9 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   // (docs/RESULTS.md, section 0, "What the window lacks"). So the growth that maps the fewest bytes
   // is planned, only what it lacks goes back, never the free blocks its window joins, and
   // open_window() takes the cheapest room (retry, below).
-  auto make_room = [&]() -> bool {
+  //
+  // Returns what the driver can give once the handles are back (nullopt: not enough reachable).
+  auto make_room = [&]() -> std::optional<std::size_t> {
     const std::size_t creatable = creatable_bytes(calls_.free_bytes());
     // Whole free handles of every arena (what stealing or releasing can reach), counted once.
     std::optional<std::size_t> whole_handles;
@@ -99,19 +101,34 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
           // small arenas' free pages first, and each of their next pages came back through this
           // path, for a large handle each (docs/RESULTS.md, section 0, "The request's own arena
           // first").
-          const std::size_t given = give != 0 ? release_free(give, any_tick, &where, false, plan.joined) : 0;
-          if (given < give) (void)release_free(give - given, any_tick, nullptr, false, plan.joined);
-          return true;
+          std::size_t given = give != 0 ? release_free(give, any_tick, &where, false, plan.joined) : 0;
+          if (given < give) given += release_free(give - given, any_tick, nullptr, false, plan.joined);
+          return creatable + given;
         }
         // Not without the joined blocks' handles: as when no room serves.
       }
     }
-    if (creatable >= need) return true;
+    if (creatable >= need) return creatable;
     // Whole free handles, and the free block growth may extend (its granules shared with live
     // neighbours are not whole handles): an upper bound.
     const std::size_t reachable = where.largest_free_block() + whole_free_handles();
-    if (reachable < need - creatable) return false;
-    (void)release_free(need - creatable, any_tick);
+    if (reachable < need - creatable) return std::nullopt;
+    return creatable + release_free(need - creatable, any_tick);
+  };
+  // Whether the growth planned over what is there now (handing back made rooms of its own) fits
+  // what the driver can give; if so the next open_window() takes that room. Handles count as
+  // reachable above whatever their frees' state, but only those whose frees the GPU has finished
+  // go back (release_free): tried with less, the growth made handles until the driver refused and
+  // then handed them all back (a third of the driver's calls over the main job's traces at 1.02x,
+  // the GPU 50 ms behind; docs/RESULTS.md, section 0, "No growth the driver would refuse"). The
+  // path's later steps, the device-wide wait last, complete those frees. A growth past the budget
+  // steals free handles instead, and is tried.
+  auto growth_fits = [&](std::size_t driver_room) {
+    if (!virtual_memory_) return true;
+    const arena::growth_plan plan = where.cheapest_growth(size, s.slot);
+    const bool steals = static_cast<double>(pages_.held_bytes() + plan.map_bytes) > growth_budget(size);
+    if (plan.map_bytes > driver_room && !steals) return false;
+    where.prefer_room(plan.room, s.slot);
     return true;
   };
   auto retry = [&]() -> block* {
@@ -123,9 +140,8 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
       // The handles handed back here are kept for the growth below, which maps those of the sizes
       // it makes again rather than the driver releasing and creating them (handle_recycling.cpp).
       const recycling_scope recycling(pages_, virtual_memory_);
-      if (!make_room()) return nullptr;
-      // Handing back made rooms of its own: the cheapest is planned again over what is there now.
-      if (virtual_memory_) where.prefer_room(where.cheapest_growth(size, s.slot).room, s.slot);
+      const std::optional<std::size_t> driver_room = make_room();
+      if (!driver_room || !growth_fits(*driver_room)) return nullptr;
       const std::size_t held_before_growth = pages_.held_bytes();
       grown = grow(where, size, s.slot) == growth::grown;
       if (!grown) hand_back_growth(held_before_growth);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "call_hook_driver.hpp"
 #include "pool_checker.hpp"
 #include "tidepool/reclaim.hpp"
 
@@ -108,6 +109,49 @@ TEST(PoolOutOfMemory, WaitsForPendingFrees) {
   EXPECT_GE(sim->now(), 5000.0);
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
   EXPECT_EQ(p.stats().out_of_memory_recoveries, 1u);
+  p.deallocate(y, b);
+}
+
+// At the device's limit the same: while x's free waits for stream a, its handles count as reachable
+// but cannot go back, and a growth tried then made handles until the device refused and handed
+// them all back, at each of the path's steps before its device-wide wait. The path tries growth
+// only when what went back makes its room: no handle is made before the wait.
+TEST(PoolOutOfMemory, NoGrowthWhileTheHandBackWaitsForTheGpu) {
+  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  bool counting = false;
+  bool waited = false;
+  std::uint64_t creates_before_the_wait = 0;
+  auto hooked = std::make_shared<call_hook_driver>(sim, [&](driver_call call, std::size_t) {
+    if (!counting) return;
+    if (call == driver_call::device_synchronize || call == driver_call::stream_synchronize ||
+        call == driver_call::event_synchronize) {
+      waited = true;
+    }
+    if (call == driver_call::mem_create && !waited) ++creates_before_the_wait;
+  });
+  pool p(hooked, 0);
+  stream_t a = nullptr;
+  stream_t b = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &a), driver_status::success);
+  ASSERT_EQ(sim->stream_create(0, &b), driver_status::success);
+  // The limit: a 16 MiB request no free block fits, on a device with 8 MiB left.
+  void* x = p.allocate(40 * MiB, a);
+  void* z = p.allocate(8 * MiB, a);
+  void* q = p.allocate(8 * MiB, a);
+  p.deallocate(z, a);
+  void* w = p.allocate(16 * MiB, a);
+  ASSERT_EQ(p.stats().out_of_memory_recoveries, 1u);
+  sim->launch(0, a, 5000.0, reinterpret_cast<device_address>(x), 40 * MiB);
+  p.deallocate(x, a);
+  counting = true;
+  void* y = p.allocate(40 * MiB, b);  // only x's memory can serve it, once a is done
+  counting = false;
+  EXPECT_TRUE(waited);
+  EXPECT_GE(sim->now(), 5000.0);
+  EXPECT_EQ(creates_before_the_wait, 0u) << "handles made while x's free waited";
+  EXPECT_EQ(p.stats().mapped_bytes, sim->physical_bytes(0));
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  for (void* ptr : {q, w}) p.deallocate(ptr, a);
   p.deallocate(y, b);
 }
 
