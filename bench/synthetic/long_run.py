@@ -1,0 +1,149 @@
+"""A recorded loop as a long-running program runs it: its setup once, then its steps again and again.
+
+`tidepool replay --passes N` replays the whole trace N times, setup included: between passes the
+trace's leftovers (a model's weights, its optimizer's state) are freed and made again, in the
+layout the last pass left. A training job makes them once. This script writes the trace a longer
+run of the same program would make:
+
+    long_run.py TRACE REPEATS OUT.csv.gz
+
+The steps start at the trace's first step boundary after its setup: the earliest point where every
+live block lives to the trace's end and they hold at least 95% of the bytes live at any such point
+(the weights and the optimizer's state, nothing of a step). Everything after it is repeated REPEATS - 1 more times,
+its times shifted so that they keep rising; blocks the steps leave live at the end are freed before
+each repetition, so every repetition starts from that boundary. Peak in use is the original's, so
+`replay --capacity Fx` gives the same device. It prints where the steps start and how many events
+they hold (stderr). docs/RESULTS.md, section 0, "A long run: the setup once, the steps again".
+"""
+
+import csv
+import gzip
+import lzma
+import sys
+
+# A step boundary holding at least this share of the most live bytes any boundary holds ends the setup.
+SETUP_SHARE = 0.95
+
+
+def _open_text(path):
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic.startswith(b"\x1f\x8b"):
+        return gzip.open(path, "rt", newline="")
+    if magic.startswith(b"\xfd7zXZ"):
+        return lzma.open(path, "rt", newline="")
+    return open(path, "rt", newline="")
+
+
+def _seconds(stamp):
+    hours, minutes, seconds = stamp.split(":")
+    return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def _stamp(seconds):
+    hours = int(seconds // 3600)
+    seconds -= hours * 3600
+    minutes = int(seconds // 60)
+    seconds -= minutes * 60
+    return "%02d:%02d:%09.6f" % (hours, minutes, seconds)
+
+
+def steps_start(events):
+    """Index of the first event of the steps: the earliest step boundary (a point where every live
+    block lives to the trace's end, with an allocation after it) at which the live bytes are at least
+    `SETUP_SHARE` of the most any boundary has (the weights and the optimizer's state made; a tensor
+    a step keeps to the end does not move it). Raises ValueError when the trace has none."""
+    live_at_end = set()
+    last_allocation = -1
+    for i, event in enumerate(events):
+        if event[2] == "allocate":
+            live_at_end.add(event[3])
+            last_allocation = i
+        elif event[2] == "free":
+            live_at_end.discard(event[3])
+    sizes = {}
+    live_bytes = 0
+    outsiders = 0  # live blocks that do not live to the end
+    boundaries = []  # (index of the first event after it, live bytes)
+    for i, event in enumerate(events[:last_allocation]):
+        action, pointer = event[2], event[3]
+        if action == "allocate":
+            sizes[pointer] = int(event[4])
+            live_bytes += sizes[pointer]
+            outsiders += pointer not in live_at_end
+        elif action == "free" and pointer in sizes:
+            live_bytes -= sizes.pop(pointer)
+            outsiders -= pointer not in live_at_end
+        if outsiders == 0 and live_bytes > 0:
+            boundaries.append((i + 1, live_bytes))
+    if not boundaries:
+        raise ValueError("no step boundary: no point before its last allocation where only blocks that "
+                         "live to its end are live")
+    most = max(b for _, b in boundaries)
+    return next(i for i, b in boundaries if b >= SETUP_SHARE * most)
+
+
+def write_long_run(trace, repeats, out):
+    """Writes `trace` with its steps run `repeats` times to `out` (gzip); returns the index where the
+    steps start, their events, and the blocks and bytes they leave live (freed before each
+    repetition)."""
+    if repeats < 1:
+        raise ValueError("REPEATS must be at least 1")
+    with _open_text(trace) as f:
+        rows = list(csv.reader(f))
+    header, events = rows[0], rows[1:]
+    start = steps_start(events)
+    steps = events[start:]
+    live_before = set()
+    for event in events[:start]:
+        if event[2] == "allocate":
+            live_before.add(event[3])
+        elif event[2] == "free":
+            live_before.discard(event[3])
+    left = {}  # pointer -> its allocation, for the blocks the steps leave live
+    for event in steps:
+        if event[2] == "allocate":
+            left[event[3]] = event
+        elif event[2] == "free":
+            left.pop(event[3], None)
+    for pointer in live_before:
+        left.pop(pointer, None)
+    kept_bytes = sum(int(a[4]) for a in left.values())
+    setup_bytes = sum(int(e[4]) for e in events[:start] if e[2] == "allocate" and e[3] in live_before)
+    if kept_bytes > (1 - SETUP_SHARE) * setup_bytes:
+        raise ValueError(f"the steps from event {start + 1} on leave {kept_bytes / (1 << 20):.1f} MiB live "
+                         f"against the setup's {setup_bytes / (1 << 20):.1f} MiB: they make part of the setup "
+                         "(an optimizer's state), and no later step boundary follows it")
+    span = _seconds(steps[-1][1]) - _seconds(steps[0][1]) + 0.001
+    with gzip.open(out, "wt", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(events)
+        end = _seconds(events[-1][1])
+        for k in range(1, repeats):
+            for pointer, allocation in left.items():
+                writer.writerow([allocation[0], _stamp(end), "free", pointer, allocation[4], allocation[5]])
+            shift = k * span
+            for event in steps:
+                writer.writerow([event[0], _stamp(_seconds(event[1]) + shift)] + event[2:])
+            end = _seconds(steps[-1][1]) + shift
+    return start, len(steps), len(left), kept_bytes
+
+
+def main(argv):
+    if len(argv) != 4:
+        sys.stderr.write(__doc__)
+        return 2
+    try:
+        repeats = int(argv[2])
+        start, steps, kept, kept_bytes = write_long_run(argv[1], repeats, argv[3])
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"long_run.py: {argv[1]}: {e}\n")
+        return 1
+    sys.stderr.write(f"{argv[1]}: steps from event {start + 1} on ({steps} events), run {repeats} times; "
+                     f"{kept} blocks ({kept_bytes / (1 << 20):.1f} MiB) they leave live freed before each repetition\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

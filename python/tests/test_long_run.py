@@ -1,0 +1,116 @@
+"""bench/synthetic/long_run.py: a recorded loop's setup once and its steps again and again. The steps
+start at the first clean step boundary; the setup is written once, the steps REPEATS times with
+rising times; every free names a live allocation of its size; peak in use is the original's; a
+trace with no boundary is refused with a clear message."""
+
+import csv
+import gzip
+import os
+import subprocess
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO_ROOT, "bench", "synthetic", "long_run.py")
+HEADER = ["Thread", "Time", "Action", "Pointer", "Size", "Stream"]
+MiB = 1 << 20
+
+
+def _write_trace(path, events):
+    with gzip.open(path, "wt", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(HEADER)
+        for i, (action, pointer, size) in enumerate(events):
+            w.writerow([0, "10:00:%09.6f" % (i * 0.001), action, pointer, size, "0x0"])
+
+
+def _rows(path):
+    with gzip.open(path, "rt", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _loop_events():
+    """Weights made, one step with no optimizer state yet, AdamW's state made in the first step's
+    end, then two more steps; a step's activation a and temporary t, and a logging tensor kept from
+    the last step to the end."""
+    events = [("allocate", "0x1000", 8 * MiB), ("allocate", "0x2000", 8 * MiB)]
+    for step in range(3):
+        events += [("allocate", "0xa000", 4 * MiB), ("allocate", "0xb000", 2 * MiB), ("free", "0xb000", 2 * MiB),
+                   ("free", "0xa000", 4 * MiB)]
+        if step == 0:
+            events += [("allocate", "0x3000", 16 * MiB)]  # the optimizer's state, made by the first step
+    events += [("allocate", "0xc000", MiB)]  # kept to the end by the steps
+    return events
+
+
+def _peak(rows):
+    live, peak, now = {}, 0, 0
+    for r in rows:
+        if r["Action"] == "allocate":
+            live[r["Pointer"]] = int(r["Size"])
+            now += int(r["Size"])
+            peak = max(peak, now)
+        else:
+            now -= live.pop(r["Pointer"])
+    return peak
+
+
+def test_the_setup_once_and_the_steps_repeated(tmp_path):
+    src, out = tmp_path / "loop.csv.gz", tmp_path / "long.csv.gz"
+    events = _loop_events()
+    _write_trace(src, events)
+    result = subprocess.run([sys.executable, SCRIPT, str(src), "4", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    # The boundary: after the first step, with the weights and the optimizer's state live.
+    assert "steps from event 8 on (9 events), run 4 times; 1 blocks (1.0 MiB)" in result.stderr
+    rows = _rows(out)
+    assert list(rows[0]) == HEADER
+    setup = [(r["Action"], r["Pointer"]) for r in rows[:7]]
+    assert setup == [(a, p) for a, p, _ in events[:7]]
+    assert sum(1 for r in rows if r["Pointer"] == "0x1000") == 1, "the weights are made once"
+    assert sum(1 for r in rows if r["Pointer"] == "0x3000") == 1, "the optimizer's state is made once"
+    assert sum(1 for r in rows if r["Pointer"] == "0xa000" and r["Action"] == "allocate") == 1 + 2 * 4
+    # The logging tensor the steps leave live is freed before each repetition.
+    assert [r["Action"] for r in rows if r["Pointer"] == "0xc000"] == ["allocate", "free"] * 3 + ["allocate"]
+    live = {}
+    times = [r["Time"] for r in rows]
+    assert times == sorted(times), "times rise"
+    for i, r in enumerate(rows, start=2):
+        if r["Action"] == "allocate":
+            assert r["Pointer"] not in live, f"line {i}: allocation of a live pointer"
+            live[r["Pointer"]] = r["Size"]
+        else:
+            assert live.pop(r["Pointer"], None) == r["Size"], f"line {i}: free of a pointer that is not live"
+    original = _rows(src)
+    assert _peak(rows) == _peak(original)
+
+
+def test_a_trace_with_no_step_boundary_is_refused(tmp_path):
+    src, out = tmp_path / "carried.csv.gz", tmp_path / "long.csv.gz"
+    # A tensor made first and freed last: something that dies before the end is always live.
+    events = [("allocate", "0xa000", MiB), ("allocate", "0x1000", 8 * MiB), ("allocate", "0xb000", MiB),
+              ("free", "0xb000", MiB), ("free", "0xa000", MiB)]
+    _write_trace(src, events)
+    result = subprocess.run([sys.executable, SCRIPT, str(src), "3", str(out)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "carried.csv.gz: no step boundary" in result.stderr
+    assert not out.exists()
+
+
+def test_steps_that_would_make_the_setup_again_are_refused(tmp_path):
+    src, out = tmp_path / "late_state.csv.gz", tmp_path / "long.csv.gz"
+    # The optimizer's state is made in the first step, and each step keeps its loss until the next
+    # one's is made: the only boundaries come before the state, so the steps would make it again.
+    events = [("allocate", "0x1000", 8 * MiB)]
+    for step in range(3):
+        events += [("allocate", "0xa000", 4 * MiB), ("free", "0xa000", 4 * MiB),
+                   ("allocate", "0xc%03x" % (step + 1), MiB)]
+        if step == 0:
+            events += [("allocate", "0x3000", 16 * MiB)]
+        else:
+            events += [("free", "0xc%03x" % step, MiB)]
+    _write_trace(src, events)
+    result = subprocess.run([sys.executable, SCRIPT, str(src), "3", str(out)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "late_state.csv.gz: the steps from event 2 on leave 17.0 MiB live against the setup's 8.0 MiB" \
+        in result.stderr
+    assert not out.exists()
