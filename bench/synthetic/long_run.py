@@ -41,11 +41,12 @@ def _seconds(stamp):
 
 
 def _stamp(seconds):
-    hours = int(seconds // 3600)
-    seconds -= hours * 3600
-    minutes = int(seconds // 60)
-    seconds -= minutes * 60
-    return "%02d:%02d:%09.6f" % (hours, minutes, seconds)
+    # In whole microseconds, so that rounding never writes a 60th second.
+    micros = round(seconds * 1_000_000)
+    hours, micros = divmod(micros, 3_600_000_000)
+    minutes, micros = divmod(micros, 60_000_000)
+    whole, micros = divmod(micros, 1_000_000)
+    return "%02d:%02d:%02d.%06d" % (hours, minutes, whole, micros)
 
 
 def steps_start(events):

@@ -114,3 +114,13 @@ def test_steps_that_would_make_the_setup_again_are_refused(tmp_path):
     assert "late_state.csv.gz: the steps from event 2 on leave 17.0 MiB live against the setup's 8.0 MiB" \
         in result.stderr
     assert not out.exists()
+
+
+def test_shifted_times_never_write_a_sixtieth_second():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("long_run", SCRIPT)
+    long_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(long_run)
+    assert long_run._stamp(7 * 3600 + 24 * 60 + 59.9999996) == "07:25:00.000000"
+    assert long_run._stamp(25 * 3600 + 61.5) == "25:01:01.500000"
+    assert long_run._seconds(long_run._stamp(1234.567891)) == 1234.567891
