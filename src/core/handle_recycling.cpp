@@ -15,7 +15,8 @@
 // (keep_recycled_for: the driver has their room before any create that needs it, and the byte cap
 // and the device see no more than releasing would have left), and stop_recycling() releases what
 // is left once the growth is over, whatever its outcome. Only the out-of-memory path recycles:
-// release() returns its bytes to the driver at once, as it says.
+// release() returns its bytes to the driver at once, as it says. A handle the pool has exported is
+// never recycled: another process may map it, and would see the new allocation's bytes.
 #include <algorithm>
 
 #include "core/page_table.hpp"

@@ -222,10 +222,11 @@ driver_status page_table::release_all(const std::vector<std::uint32_t>& ids, std
   driver_status first_failure = driver_status::success;
   for (std::uint32_t id : ids) {
     const std::size_t size = handles_[id].size;
-    if (recycling_) {
-      // Kept for the growth that follows; released by stop_recycling() if it takes none of this size.
+    // Kept for the growth that follows; released by stop_recycling() if it takes none of this size.
+    // Never a handle this pool exported: another process may map its memory, which must not come
+    // back under a new allocation here (released, it lives on there alone).
+    if (recycling_ && handles_[id].export_fd < 0) {
       std::erase(unreleased_, id);
-      close_export(handles_[id]);  // as a release would: an importer must not find it again
       held_ -= size;
       recycled_.push_back(id);
       recycled_bytes_ += size;

@@ -4,6 +4,8 @@
 // the one releasing gives; only the driver's calls are fewer.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -63,7 +65,9 @@ class PoolHandleRecyclingAtTheLimit : public ::testing::Test {
     ASSERT_EQ(sizes_before.count(8 * MiB), 8u) << "c's seven and d's";
   }
   void TearDown() override {
-    for (void* x : {b, d, above}) checker->free(x);
+    for (void* x : {b, d, above}) {
+      if (x != nullptr) checker->free(x);
+    }
     (void)p->release();
     EXPECT_EQ(sim->physical_bytes(0), 0u);
   }
@@ -117,6 +121,28 @@ TEST_F(PoolHandleRecyclingAtTheLimit, AFailedMapOfARecycledHandleLosesNoHandle) 
   checker->check();
   void* e = checker->allocate(58 * MiB);
   EXPECT_EQ(p->stats().mapped_bytes, sim->physical_bytes(0));
+  checker->check_patterns();
+  checker->free(e);
+}
+
+// A handle the pool exported may be mapped by another process: recycled, that process would see
+// the new allocation's bytes. Here the free block's seven handles were exported once: they go back
+// to the driver and growth makes new ones, as before recycling.
+TEST_F(PoolHandleRecyclingAtTheLimit, ExportedHandlesAreReleasedNotRecycled) {
+  checker->free(above);
+  above = nullptr;
+  void* below = checker->allocate(56 * MiB);  // the same seven handles, best fit
+  exported_allocation exported = p->export_allocation(below);
+  for (const int fd : exported.fds) ::close(fd);
+  ASSERT_EQ(exported.handle_sizes.size(), 7u);
+  above = checker->allocate(4 * MiB);
+  checker->free(below);
+  allocation_calls calls;
+  void* e = allocate_counting(*p, *checker, 58 * MiB, calls);
+  EXPECT_EQ(calls.release, 7u) << "the exported handles went back to the driver";
+  EXPECT_EQ(calls.create, 8u);
+  EXPECT_EQ(p->stats().mapped_bytes, sim->physical_bytes(0));
+  checker->check();
   checker->check_patterns();
   checker->free(e);
 }
