@@ -34,13 +34,18 @@ bool page_table::take_recycled(std::size_t size, std::uint32_t& id) noexcept {
   return true;
 }
 
-void page_table::release_recycled(std::uint32_t id) {
-  const std::size_t size = handles_[id].size;
-  std::erase(recycled_, id);
-  recycled_bytes_ -= size;
-  held_ += size;  // held until the driver takes it back: release() counts it out, or keeps it
-  unreleased_.push_back(id);
-  if (release(id) == driver_status::success) std::erase(unreleased_, id);
+void page_table::release_recycled(std::vector<std::uint32_t> ids) {
+  for (std::uint32_t id : ids) std::erase(recycled_, id);
+  // All of them onto the unreleased list first (held until the driver takes them back), so that a
+  // driver throwing from one release loses none of the others.
+  for (std::uint32_t id : ids) {
+    recycled_bytes_ -= handles_[id].size;
+    held_ += handles_[id].size;
+    unreleased_.push_back(id);
+  }
+  for (std::uint32_t id : ids) {
+    if (release(id) == driver_status::success) std::erase(unreleased_, id);
+  }
 }
 
 void page_table::keep_recycled_for(std::vector<std::size_t> sizes) {
@@ -53,23 +58,12 @@ void page_table::keep_recycled_for(std::vector<std::size_t> sizes) {
       sizes.erase(wanted);
     }
   }
-  for (std::uint32_t id : unwanted) release_recycled(id);
+  release_recycled(std::move(unwanted));
 }
 
 void page_table::stop_recycling() {
   recycling_ = false;
-  // All of them onto the unreleased list first, so that a driver throwing from one release loses
-  // none of the others.
-  std::vector<std::uint32_t> left;
-  left.swap(recycled_);
-  recycled_bytes_ = 0;
-  for (std::uint32_t id : left) {
-    held_ += handles_[id].size;
-    unreleased_.push_back(id);
-  }
-  for (std::uint32_t id : left) {
-    if (release(id) == driver_status::success) std::erase(unreleased_, id);
-  }
+  release_recycled(recycled_);
 }
 
 }  // namespace tidepool::detail

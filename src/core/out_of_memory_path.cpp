@@ -119,10 +119,9 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   // what the driver can give; if so the next open_window() takes that room. Handles count as
   // reachable above whatever their frees' state, but only those whose frees the GPU has finished
   // go back (release_free): tried with less, the growth made handles until the driver refused and
-  // then handed them all back (a third of the driver's calls over the main job's traces at 1.02x,
-  // the GPU 50 ms behind; docs/RESULTS.md, section 0, "No growth the driver would refuse"). The
-  // path's later steps, the device-wide wait last, complete those frees. A growth past the budget
-  // steals free handles instead, and is tried.
+  // then handed them all back, at every step before the device-wide wait (docs/RESULTS.md, section
+  // 0, "No growth the driver would refuse"). The path's later steps, that wait last, complete those
+  // frees. A growth past the budget steals free handles instead, and is tried.
   auto growth_fits = [&](std::size_t driver_room) {
     if (!virtual_memory_) return true;
     const arena::growth_plan plan = where.cheapest_growth(size, s.slot);

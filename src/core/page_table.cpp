@@ -226,7 +226,6 @@ driver_status page_table::release_all(const std::vector<std::uint32_t>& ids, std
     // Never a handle this pool exported: another process may map its memory, which must not come
     // back under a new allocation here (released, it lives on there alone).
     if (recycling_ && handles_[id].export_fd < 0) {
-      std::erase(unreleased_, id);
       held_ -= size;
       recycled_.push_back(id);
       recycled_bytes_ += size;

@@ -230,8 +230,9 @@ class page_table {
   bool recycling_ = false;
   std::vector<std::uint32_t> recycled_;
   std::size_t recycled_bytes_ = 0;
-  // Releases kept handle `id` (out of recycled_), or keeps it on the unreleased list.
-  void release_recycled(std::uint32_t id);
+  // Releases the kept handles `ids` (out of recycled_); one whose release fails stays on the
+  // unreleased list.
+  void release_recycled(std::vector<std::uint32_t> ids);
   // Takes a kept handle of `size` bytes into held_bytes(); false when none of that size is kept.
   bool take_recycled(std::size_t size, std::uint32_t& id) noexcept;
   // Maps handle `id` at `at` with the peers' access and names it in the range's granules; undoes
