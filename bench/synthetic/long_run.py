@@ -53,7 +53,8 @@ def steps_start(events):
     """Index of the first event of the steps: the earliest step boundary (a point where every live
     block lives to the trace's end, with an allocation after it) at which the live bytes are at least
     `SETUP_SHARE` of the most any boundary has (the weights and the optimizer's state made; a tensor
-    a step keeps to the end does not move it). Raises ValueError when the trace has none."""
+    a step keeps to the end does not move it), and the bytes live there (the setup's). Raises
+    ValueError when the trace has none."""
     live_at_end = set()
     last_allocation = -1
     for i, event in enumerate(events):
@@ -81,7 +82,7 @@ def steps_start(events):
         raise ValueError("no step boundary: no point before its last allocation where only blocks that "
                          "live to its end are live")
     most = max(b for _, b in boundaries)
-    return next(i for i, b in boundaries if b >= SETUP_SHARE * most)
+    return next((i, b) for i, b in boundaries if b >= SETUP_SHARE * most)
 
 
 def write_long_run(trace, repeats, out):
@@ -93,7 +94,7 @@ def write_long_run(trace, repeats, out):
     with _open_text(trace) as f:
         rows = list(csv.reader(f))
     header, events = rows[0], rows[1:]
-    start = steps_start(events)
+    start, setup_bytes = steps_start(events)
     steps = events[start:]
     live_before = set()
     for event in events[:start]:
@@ -101,7 +102,9 @@ def write_long_run(trace, repeats, out):
             live_before.add(event[3])
         elif event[2] == "free":
             live_before.discard(event[3])
-    left = {}  # pointer -> its allocation, for the blocks the steps leave live
+    # The blocks the steps leave live (pointer -> its allocation), but for a pointer live at the
+    # boundary too: the steps free it and make it again, so each repetition starts with it live.
+    left = {}
     for event in steps:
         if event[2] == "allocate":
             left[event[3]] = event
@@ -110,7 +113,6 @@ def write_long_run(trace, repeats, out):
     for pointer in live_before:
         left.pop(pointer, None)
     kept_bytes = sum(int(a[4]) for a in left.values())
-    setup_bytes = sum(int(e[4]) for e in events[:start] if e[2] == "allocate" and e[3] in live_before)
     if kept_bytes > (1 - SETUP_SHARE) * setup_bytes:
         raise ValueError(f"the steps from event {start + 1} on leave {kept_bytes / (1 << 20):.1f} MiB live "
                          f"against the setup's {setup_bytes / (1 << 20):.1f} MiB: they make part of the setup "

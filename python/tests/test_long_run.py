@@ -124,3 +124,25 @@ def test_shifted_times_never_write_a_sixtieth_second():
     assert long_run._stamp(7 * 3600 + 24 * 60 + 59.9999996) == "07:25:00.000000"
     assert long_run._stamp(25 * 3600 + 61.5) == "25:01:01.500000"
     assert long_run._seconds(long_run._stamp(1234.567891)) == 1234.567891
+
+
+def test_a_block_the_steps_make_again_at_a_setup_address_is_not_freed_between_repetitions(tmp_path):
+    src, out = tmp_path / "remade.csv.gz", tmp_path / "long.csv.gz"
+    # Each step frees the block at 0x1000, made in the setup, and makes it again: every repetition
+    # starts with it live, so nothing may free it between them.
+    events = [("allocate", "0x1000", 8 * MiB), ("allocate", "0x3000", 16 * MiB)]
+    for _ in range(3):
+        events += [("allocate", "0xa000", 4 * MiB), ("free", "0xa000", 4 * MiB), ("free", "0x1000", 8 * MiB),
+                   ("allocate", "0x1000", 8 * MiB)]
+    _write_trace(src, events)
+    result = subprocess.run([sys.executable, SCRIPT, str(src), "3", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "0 blocks (0.0 MiB) they leave live" in result.stderr
+    live = set()
+    for i, r in enumerate(_rows(out), start=2):
+        if r["Action"] == "allocate":
+            assert r["Pointer"] not in live, f"line {i}: allocation of a live pointer"
+            live.add(r["Pointer"])
+        else:
+            assert r["Pointer"] in live, f"line {i}: free of a pointer that is not live"
+            live.discard(r["Pointer"])
