@@ -50,6 +50,10 @@ constexpr std::size_t streak_rest_of_peak_inverse = 64;
 // The device's limit ends, and its nearness begins, where the device could give the pool less than
 // this fraction of what it holds.
 constexpr std::size_t room_of_held_inverse = 4;
+// The device fills (page_table::filling) once a growth would leave it less room than this many of
+// the largest requests the pool has served (docs/RESULTS.md, section 0: two made the U-Net fail
+// as before, three settled its failures but not its calls).
+constexpr std::size_t filling_room_in_largest_requests = 4;
 
 [[noreturn]] void throw_driver_failure(const char* what, int device, driver_status status) {
   throw error(error_code::driver_failure,
@@ -144,23 +148,31 @@ void pool_impl::watch_device_room(std::size_t size) {
   // The room only shrinks as the pool grows (other processes aside, which the out-of-memory path
   // still meets), so the driver is asked again only half way to where that room would end: a few
   // cuMemGetInfo calls in a program's life, none in a loop that has reached its peak.
+  // The device fills once the room left is less than four of the largest requests: a request
+  // larger than any before moves that point, so it asks again.
   const std::size_t need = round_up(size, pages_.granularity());
   const std::size_t held_after = pages_.held_bytes() + need;
-  if (held_after < next_room_check_held_) return;
+  const bool largest_yet = need > largest_request_;
+  largest_request_ = std::max(largest_request_, need);
+  if (held_after < next_room_check_held_ && !largest_yet) return;
   const std::size_t creatable = creatable_bytes(calls_.free_bytes());
   const std::size_t room_after = creatable > need ? creatable - need : 0;
+  const std::size_t filling_room = filling_room_in_largest_requests * largest_request_;
+  if (room_after < filling_room) pages_.set_filling(true);
   const std::size_t enough = held_after / room_of_held_inverse;
   if (room_after < enough) {
     pages_.set_near_limit(true);
     next_room_check_held_ = 0;
     return;
   }
-  next_room_check_held_ = held_after + (room_after - enough) / 2;
+  const std::size_t next_bound = pages_.filling() ? enough : std::max(enough, filling_room);
+  next_room_check_held_ = held_after + (room_after - next_bound) / 2;
 }
 
 void pool_impl::forget_device_limit() noexcept {
   pages_.set_at_limit(false);
   pages_.set_near_limit(false);
+  pages_.set_filling(false);
   next_room_check_held_ = 0;
 }
 

@@ -24,6 +24,16 @@
 // the device's limit"). Placement's rules stay those away from the limit until the out-of-memory
 // path runs: with them, the 64 MiB handles made before were split in every such loop's first
 // passes, for several times the driver calls.
+// While the device fills (a growth would leave the device less room than four of the largest
+// requests the pool has served: growth.cpp), before any of that, growth's handles are 20 MiB, and
+// placement splits a larger handle made before under a block smaller than a quarter of it into
+// pieces of at most 20 MiB (largest_split_piece; placement.cpp): the blocks a loop keeps from its
+// first step (an optimizer's state) are placed in the holes its activations left, and in 64 MiB
+// handles they stranded the rests a later large request needed, failing allocations in every step
+// where expandable segments' 20 MiB pages failed none (docs/RESULTS.md, section 0, "Smaller
+// handles and splits once the pool fills half the device"). Measured against the largest requests
+// rather than what the pool holds, a pool far from the limit for its requests (hf_t5_train filling
+// four fifths of an H200 with requests of at most a few GiB) makes no more calls than before.
 // Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
 // spans whole handles, and smaller ones made later passes map aliases again. Small arenas use the
 // granularity: small blocks share pages, and a page goes back only when none of them is live. How
@@ -43,6 +53,7 @@ namespace tidepool::detail {
 namespace {
 constexpr std::size_t max_large_handle_granules = 32;    // 64 MiB at the usual 2 MiB granularity
 constexpr std::size_t max_handle_granules_at_limit = 4;  // 8 MiB
+constexpr std::size_t max_handle_granules_while_filling = 10;  // 20 MiB
 constexpr std::size_t max_aliased_handle_granules = 32;  // 64 MiB
 // Near the limit, the last this many granules of a growth (256 MiB) get the limit's handles.
 constexpr std::size_t near_limit_small_handle_tail_granules = 128;
@@ -270,7 +281,13 @@ std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, b
   if (near_limit_ && !aliasing && bytes < near_limit_small_handle_tail_granules * granularity_) {
     return std::min(bytes, max_handle_granules_at_limit * granularity_);
   }
+  if (filling_ && !at_limit_ && !aliasing) return std::min(bytes, max_handle_granules_while_filling * granularity_);
   return std::min(bytes, largest_growth_handle(aliasing));
+}
+
+std::size_t page_table::largest_split_piece(bool aliasing) const noexcept {
+  if (filling_ && !at_limit_ && !aliasing) return max_handle_granules_while_filling * granularity_;
+  return largest_growth_handle(aliasing);
 }
 
 std::size_t page_table::largest_growth_handle(bool aliasing) const noexcept {

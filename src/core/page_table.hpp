@@ -158,8 +158,8 @@ class page_table {
   /// a region that may (`large_handles`) or may not use handles above the granularity, and that
   /// maps idle handles a second time (`aliasing`) or not: see the policy in page_table.cpp.
   [[nodiscard]] std::size_t handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept;
-  /// The largest handle growth makes in a large region that aliases or not (handle_size_for's cap).
-  /// Only wake() makes larger ones (join_slept).
+  /// The largest handle growth makes in a large region that aliases or not (handle_size_for's cap,
+  /// but for 20 MiB while the device fills). Only wake() makes larger ones (join_slept).
   [[nodiscard]] std::size_t largest_growth_handle(bool aliasing) const noexcept;
   /// Whether the pool is at the device's limit: its out-of-memory path has run, and since then
   /// neither release() nor a growth that found the device with room again (growth.cpp) ended it.
@@ -172,6 +172,15 @@ class page_table {
   /// does not change.
   void set_near_limit(bool near_limit) noexcept { near_limit_ = near_limit; }
   [[nodiscard]] bool near_limit() const noexcept { return near_limit_; }
+  /// Whether the device is filling: a growth found that it would leave the device less room than
+  /// four of the largest requests the pool has served (growth.cpp), and nothing has ended it since
+  /// (as at_limit()). There growth's handles are 20 MiB, and placement splits a larger handle under
+  /// a block smaller than a quarter of it (placement.cpp).
+  void set_filling(bool filling) noexcept { filling_ = filling; }
+  [[nodiscard]] bool filling() const noexcept { return filling_; }
+  /// The largest piece placement's splits make: growth's own handle size, but 20 MiB while the
+  /// device fills (below the limit), where growth's large handle is still 64 MiB.
+  [[nodiscard]] std::size_t largest_split_piece(bool aliasing) const noexcept;
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }
@@ -245,6 +254,7 @@ class page_table {
 
   bool at_limit_ = false;
   bool near_limit_ = false;
+  bool filling_ = false;
   std::size_t aliased_ = 0;
   std::size_t held_ = 0;
   std::size_t peak_held_ = 0;

@@ -36,6 +36,14 @@
 // there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's limit"). A
 // block covering three quarters of such a handle keeps it whole only if the rest is no more than a
 // quarter of growth's largest handle.
+// While the device fills (page_table.cpp, growth.cpp), before the limit, a block smaller than a
+// quarter of a handle larger than 20 MiB splits it too, waiting for its stream's frees as above,
+// into pieces of at most 20 MiB: such blocks placed then are what a loop keeps from its first step
+// (an optimizer's state) in the holes its activations left, and whole 64 MiB handles under them
+// stranded the rests the loop's large requests needed at its capacity. Larger blocks keep the rule
+// away from the limit: split under every block covering less than three quarters of a handle, a
+// sharded loop's layout followed the waits and filled the device (docs/RESULTS.md, section 0,
+// "Smaller handles and splits once the pool fills half the device").
 //
 // The frontier: a free block below the unmapped room at the end of its address range is where
 // growth extends cheaply (a request larger than the block maps only the difference). Best fit
@@ -165,8 +173,14 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // Splitting needs the handle wholly free (inside c).
   if (h.at < c->address || h.at + h.size > c->end()) return false;
   // Away from the device's limit a handle growth made stays whole (the file's header says why);
-  // an aliasing arena keeps the splits it was measured with.
-  if (!pages_.at_limit() && !settings_.aliases && h.size <= pages_.largest_growth_handle(false)) return false;
+  // an aliasing arena keeps the splits it was measured with. While the device fills, a block
+  // smaller than a quarter of a handle larger than the pieces made then splits it.
+  const bool small_block_while_filling = pages_.filling() && !pages_.at_limit() && !settings_.aliases &&
+                                         h.size > pages_.largest_split_piece(false) && 4 * (end - start) < h.size;
+  if (!small_block_while_filling && !pages_.at_limit() && !settings_.aliases &&
+      h.size <= pages_.largest_growth_handle(false)) {
+    return false;
+  }
   // A block that covers three quarters of the handle or more keeps it whole: it pins at most a
   // quarter more (of the largest handle growth makes: one that wake() joined can be far larger),
   // and leaving the handle as it is costs no driver call (the same shapes come back step after
@@ -193,11 +207,12 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // work is still queued keeps its handle whole).
   if (c->owner == 0) return true;
   if (c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence)) return true;
-  // Kept whole, a handle larger than growth makes now (one that wake() joined, or at the device's
-  // limit one made before it) would be pinned whole by a small block: the pool waits for the
-  // stream instead, then takes again (take()'s may_wait), once per such handle, since its pieces
-  // are growth's sizes.
-  if (may_wait_for_frees_ && c->owner == slot && h.size > pages_.largest_growth_handle(settings_.aliases)) {
+  // Kept whole, a handle larger than growth makes now (one that wake() joined, at the device's
+  // limit one made before it, or while the device fills one made before under a small block)
+  // would be pinned whole by a small block: the pool waits for the stream instead, then takes
+  // again (take()'s may_wait), once per such handle, since its pieces are at most growth's sizes.
+  if (may_wait_for_frees_ && c->owner == slot &&
+      (small_block_while_filling || h.size > pages_.largest_growth_handle(settings_.aliases))) {
     waits_for_frees_ = true;
   }
   return false;
@@ -266,8 +281,9 @@ bool arena::remap_split(std::uint32_t id, address_range& range, const std::array
   // are made then, or the pool would hold the handle twice over, past a byte cap.
   if (pages_.release(id) != driver_status::success) return false;
   // No piece is larger than growth makes handles: a handle that wake() joined is split back to
-  // growth's sizes, so it is waited for (repair_worthwhile) once.
-  const std::size_t largest = pages_.largest_growth_handle(settings_.aliases);
+  // growth's sizes, so it is waited for (repair_worthwhile) once. While the device fills, pieces
+  // are 20 MiB: a rest of up to 64 MiB was split again under the next small block placed in it.
+  const std::size_t largest = pages_.largest_split_piece(settings_.aliases);
   const device_address end = h.at + h.size;
   device_address from = h.at;
   unsigned next = 0;

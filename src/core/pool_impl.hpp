@@ -527,10 +527,13 @@ class pool_impl {
   [[nodiscard]] bool growth_fits_device(const arena& where, std::size_t size, std::uint32_t slot,
                                         std::size_t creatable) const;
   /// Marks the pool near the device's limit (page_table::near_limit) when a growth of `size` would
-  /// leave the device less room than a quarter of what the pool would hold (growth.cpp). Asks the
-  /// driver only once held memory passes next_room_check_held_.
+  /// leave the device less room than a quarter of what the pool would hold, and the device filling
+  /// (page_table::filling) when less than four of the largest requests yet (growth.cpp). Asks the
+  /// driver only once held memory passes next_room_check_held_, or for a request larger than any
+  /// before.
   void watch_device_room(std::size_t size);
-  /// Ends the device's limit and its nearness: release() and compact() handed back what they could.
+  /// Ends the device's limit, its nearness and its filling: release() and compact() handed back what
+  /// they could.
   void forget_device_limit() noexcept;
 
   std::shared_ptr<driver> driver_;
@@ -600,6 +603,9 @@ class pool_impl {
   // Held memory past which growth next asks the driver how much room the device has left
   // (watch_device_room): half way to where the room it saw last would be a quarter of held.
   std::size_t next_room_check_held_ = 0;
+  // The largest request growth has served outside the limit (rounded to granules): the device
+  // fills once its room is less than four of them (watch_device_room).
+  std::size_t largest_request_ = 0;
   // A held-back free waits for an event (settle_held_back_frees).
   bool held_back_frees_waiting_ = false;
   // Bytes of the pending frees (free_held_back).

@@ -159,12 +159,11 @@ TEST(PoolHandleRecycling, HandlesOfNoSizeTheGrowthMakesGoBackBeforeItCreates) {
       most_held_at_a_create = std::max(most_held_at_a_create, sim->physical_bytes(0) + bytes);
     }
   });
-  pool_options options;
-  options.byte_cap = cap;
-  pool p(counting, 0, options);
+  pool p(counting, 0);
   pool_checker checker(*sim, p);
-  void* a = checker.allocate(48 * MiB);
+  void* a = checker.allocate(48 * MiB);  // made with the device's room: a handle each
   void* b = checker.allocate(24 * MiB);
+  p.set_byte_cap(cap);
   checker.free(a);
   allocation_calls calls;
   void* c = allocate_counting(p, checker, 60 * MiB, calls);

@@ -243,15 +243,17 @@ TEST(PoolOutOfMemory, AtTheLimitOnlyWhatExtendingTheLargestFreeBlockLacksGoesBac
 
 // At the device's limit growth makes handles of at most 8 MiB, so that a block outliving its
 // neighbours pins at most that much free memory the out-of-memory path cannot hand back; release()
-// ends it, and growth makes handles of up to 64 MiB again (docs/RESULTS.md, section 0, "Handles at
-// the device's limit").
+// ends it, and growth makes larger handles again: 20 MiB while the device's room is less than
+// four of the largest requests, up to 64 MiB beyond (docs/RESULTS.md, section 0, "Handles at
+// the device's limit", "Smaller handles and splits once the pool fills half the device").
 TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
-  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* a = checker.allocate(96 * MiB);
-  void* b = checker.allocate(96 * MiB);
+  void* b = checker.allocate(96 * MiB);  // leaves the device room for four of it: growth's usual handles
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{32 * MiB, 32 * MiB, 64 * MiB, 64 * MiB}));
+  p.set_byte_cap(256 * MiB);  // 64 MiB left
   checker.free(a);
   // 120 MiB fits no free block and the device has 64 MiB left: the out-of-memory path hands back
   // what the growth above b lacks, and that growth is made at the limit.
@@ -267,8 +269,15 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   sim->run_until_idle();
   (void)p.release();
   EXPECT_TRUE(handle_sizes(p).empty());
-  void* d = checker.allocate(48 * MiB);
-  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{48 * MiB})) << "release() ended the limit";
+  void* d = checker.allocate(48 * MiB);  // the cap leaves less room than four of c: the device fills
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{8 * MiB, 20 * MiB, 20 * MiB}))
+      << "release() ended the limit: 20 MiB handles, not the limit's 8";
+  checker.free(d);
+  sim->run_until_idle();
+  (void)p.release();
+  p.set_byte_cap(1024 * MiB);
+  d = checker.allocate(48 * MiB);
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{48 * MiB})) << "and with the device's room, growth's usual handles";
   checker.check();
   checker.free(d);
 }
@@ -310,7 +319,7 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
 // handle, as for one that wake() joined, rather than pin it whole. Those splits keep loops near
 // their capacity from failing (docs/RESULTS.md, section 0, "Six more rules at the device's limit").
 TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
-  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));  // x's growth leaves room for four of it
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   stream_t s = nullptr;
@@ -337,21 +346,23 @@ TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
 // growth in the limit's 8 MiB handles: the pool grows into the device's last quarter (the room a
 // growth would leave is less than a quarter of what the pool would hold). Placement keeps its
 // rules: a block placed there splits nothing. release() ends it, as it ends the limit (docs/RESULTS.md, section 0, "Near the
-// device's limit").
+// device's limit"). The requests are small beside the device, so that it does not fill before
+// (page_table::filling).
 TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  void* a = checker.allocate(512 * MiB);  // leaves 512 MiB, more than a quarter of 512
-  const std::vector<std::size_t> eight(8, 64 * MiB);
-  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(eight.begin(), eight.end()));
-  void* b = checker.allocate(320 * MiB);  // would leave 192 MiB, less than a quarter of 832
+  std::vector<void*> a;
+  for (int i = 0; i < 12; ++i) a.push_back(checker.allocate(64 * MiB));  // leaves 256 MiB, more than a quarter of 768
+  const std::vector<std::size_t> twelve(12, 64 * MiB);
+  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(twelve.begin(), twelve.end()));
+  void* b = checker.allocate(64 * MiB);  // would leave 192 MiB, less than a quarter of 832
   std::multiset<std::size_t> sizes = handle_sizes(p);
-  EXPECT_EQ(sizes.count(64 * MiB), 10u) << "a's handles, and b's first 64 MiB twice";
-  EXPECT_EQ(sizes.count(8 * MiB), 24u) << "b's last 192 MiB (under 256) in 8 MiB handles";
-  EXPECT_EQ(sizes.size(), 34u);
+  EXPECT_EQ(sizes.count(64 * MiB), 12u) << "a's handles";
+  EXPECT_EQ(sizes.count(8 * MiB), 8u) << "b's 64 MiB (under 256) in 8 MiB handles";
+  EXPECT_EQ(sizes.size(), 20u);
   EXPECT_EQ(p.stats().out_of_memory_recoveries, 0u) << "nothing has met the limit";
-  checker.free(a);
+  for (void* x : a) checker.free(x);
   sim->run_until_idle();
   const std::uint64_t calls = p.stats().driver.memory_calls();
   void* c = checker.allocate(40 * MiB);  // cuts one of a's 64 MiB handles
@@ -361,15 +372,67 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
   checker.free(c);
   sim->run_until_idle();
   (void)p.release();
-  void* d = checker.allocate(320 * MiB);
-  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB, 64 * MiB}))
-      << "release() ended it";
-  p.set_byte_cap(384 * MiB);
-  void* e = checker.allocate(48 * MiB);  // the cap leaves 16 MiB, less than a quarter of 368
+  void* d = checker.allocate(64 * MiB);
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{64 * MiB})) << "release() ended it";
+  p.set_byte_cap(128 * MiB);
+  void* e = checker.allocate(48 * MiB);  // the cap leaves 16 MiB, less than a quarter of 112
   EXPECT_EQ(handle_sizes(p).count(8 * MiB), 6u) << "a lowered cap is looked at by the next growth";
   checker.check();
   checker.free(d);
   checker.free(e);
+}
+
+// While the device fills (a growth would leave it less room than four of the largest requests
+// yet), before its limit or its last quarter, growth makes 20 MiB handles: a block a loop keeps
+// from its first step pins at most that much of a handle its activations left (docs/RESULTS.md,
+// section 0, "Smaller handles and splits once the pool fills half the device").
+TEST(PoolOutOfMemory, WhileTheDeviceFillsGrowthMakes20MiBHandles) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* a = checker.allocate(128 * MiB);  // leaves room for seven of it
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{64 * MiB, 64 * MiB}));
+  void* b = checker.allocate(320 * MiB);  // would leave 576 MiB, less than four of it
+  const std::multiset<std::size_t> sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(20 * MiB), 16u) << "b in 20 MiB handles";
+  EXPECT_EQ(sizes.size(), 18u);
+  EXPECT_EQ(p.stats().out_of_memory_recoveries, 0u) << "nothing has met the limit";
+  checker.check();
+  checker.free(a);
+  checker.free(b);
+}
+
+// While the device fills, a block smaller than a quarter of a larger handle made before splits it
+// into pieces of at most 20 MiB, waiting for its stream's fresh frees there as at the limit; a
+// block of a quarter or more keeps it whole.
+TEST(PoolOutOfMemory, WhileTheDeviceFillsASmallBlockSplitsAHandleMadeBefore) {
+  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  stream_t s = nullptr;
+  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
+  void* x = checker.allocate(64 * MiB, s);  // leaves room for four of it: one 64 MiB handle
+  void* y = checker.allocate(256 * MiB, s);  // the device fills
+  ASSERT_EQ(handle_sizes(p).count(64 * MiB), 1u);
+  checker.free_after_work(x, 500.0);  // on s, behind queued work
+  std::uint64_t calls = p.stats().driver.memory_calls();
+  void* quarter = checker.allocate(16 * MiB, s);  // in x's handle
+  EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "a quarter of the handle: kept whole";
+  EXPECT_EQ(handle_sizes(p).count(64 * MiB), 1u);
+  checker.free(quarter);
+  const std::uint64_t waits = p.stats().driver.wait_calls();
+  calls = p.stats().driver.memory_calls();
+  void* small = checker.allocate(8 * MiB, s);
+  EXPECT_EQ(p.stats().driver.wait_calls(), waits + 1) << "waited for the stream's frees";
+  EXPECT_GT(p.stats().driver.memory_calls(), calls);
+  const std::multiset<std::size_t> sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(64 * MiB), 0u) << "x's handle split";
+  EXPECT_EQ(*sizes.rbegin(), 20 * MiB) << "into pieces of at most 20 MiB";
+  EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
+  checker.check();
+  checker.free(small);
+  checker.free(y);
+  p.forget_stream(s);
 }
 
 // At the limit a growth the device cannot give is not tried: the pool goes to the out-of-memory
@@ -438,12 +501,11 @@ TEST(PoolOutOfMemory, AtTheLimitALargeRequestHandsBackItsOwnArenasHandlesFirst) 
 // what the pool holds, growth keeps making 8 MiB handles; after the raise, handles of up to 64 MiB.
 TEST(PoolOutOfMemory, TheLimitEndsWhenTheDeviceHasRoomAgain) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
-  pool_options options;
-  options.byte_cap = 96 * MiB;
-  pool p(sim, 0, options);
+  pool p(sim, 0);
   pool_checker checker(*sim, p);
-  void* a = checker.allocate(48 * MiB);
+  void* a = checker.allocate(48 * MiB);  // made with the device's room: a handle each
   void* b = checker.allocate(24 * MiB);
+  p.set_byte_cap(96 * MiB);
   checker.free(a);
   // 60 MiB fits no free block and the cap leaves 24 MiB: a's handles go back, and the growth is
   // made at the limit.
@@ -478,7 +540,7 @@ TEST(PoolOutOfMemory, TheLimitEndsWhenAnotherProcessGivesMemoryBack) {
   void* b = checker.allocate(24 * MiB);
   checker.free(a);
   void* c = checker.allocate(60 * MiB);  // the device has 24 MiB left: at the limit
-  EXPECT_EQ(handle_sizes(p).count(24 * MiB), 1u);
+  EXPECT_EQ(*handle_sizes(p).rbegin(), 20 * MiB) << "made while the device filled, and at its limit";
   other.deallocate(others);
   (void)other.release();
   void* d = checker.allocate(96 * MiB);
