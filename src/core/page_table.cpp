@@ -30,10 +30,10 @@
 // pieces of at most 20 MiB (largest_split_piece; placement.cpp): the blocks a loop keeps from its
 // first step (an optimizer's state) are placed in the holes its activations left, and in 64 MiB
 // handles they stranded the rests a later large request needed, failing allocations in every step
-// where expandable segments' 20 MiB pages failed none (docs/RESULTS.md, section 0, "Smaller
-// handles and splits once the pool fills half the device"). Measured against the largest requests
-// rather than what the pool holds, a pool far from the limit for its requests (hf_t5_train filling
-// four fifths of an H200 with requests of at most a few GiB) makes no more calls than before.
+// where expandable segments' 20 MiB pages failed none (docs/RESULTS.md, section 0, "The device
+// filling"). Measured against the largest requests rather than what the pool holds, a pool far
+// from the limit for its requests (hf_t5_train filling four fifths of an H200, each request under
+// a quarter of the room left) makes no more calls than before.
 // Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
 // spans whole handles, and smaller ones made later passes map aliases again. Small arenas use the
 // granularity: small blocks share pages, and a page goes back only when none of them is live. How

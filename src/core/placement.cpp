@@ -37,13 +37,14 @@
 // block covering three quarters of such a handle keeps it whole only if the rest is no more than a
 // quarter of growth's largest handle.
 // While the device fills (page_table.cpp, growth.cpp), before the limit, a block smaller than a
-// quarter of a handle larger than 20 MiB splits it too, waiting for its stream's frees as above,
-// into pieces of at most 20 MiB: such blocks placed then are what a loop keeps from its first step
+// quarter of a handle larger than 20 MiB splits it too, when the handle is safe to unmap without a
+// wait (a wait there changed which free blocks the next requests found, and side-by-side loops at
+// 1.2x their peak then filled the device), into pieces of at most 20 MiB: such blocks placed then are what a loop keeps from its first step
 // (an optimizer's state) in the holes its activations left, and whole 64 MiB handles under them
 // stranded the rests the loop's large requests needed at its capacity. Larger blocks keep the rule
 // away from the limit: split under every block covering less than three quarters of a handle, a
 // sharded loop's layout followed the waits and filled the device (docs/RESULTS.md, section 0,
-// "Smaller handles and splits once the pool fills half the device").
+// "The device filling").
 //
 // The frontier: a free block below the unmapped room at the end of its address range is where
 // growth extends cheaply (a request larger than the block maps only the difference). Best fit
@@ -207,12 +208,12 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // work is still queued keeps its handle whole).
   if (c->owner == 0) return true;
   if (c->owner == slot && frees_done_ != nullptr && frees_done_(pool_, slot, c->free_sequence)) return true;
-  // Kept whole, a handle larger than growth makes now (one that wake() joined, at the device's
-  // limit one made before it, or while the device fills one made before under a small block)
-  // would be pinned whole by a small block: the pool waits for the stream instead, then takes
-  // again (take()'s may_wait), once per such handle, since its pieces are at most growth's sizes.
-  if (may_wait_for_frees_ && c->owner == slot &&
-      (small_block_while_filling || h.size > pages_.largest_growth_handle(settings_.aliases))) {
+  // Kept whole, a handle larger than growth makes now (one that wake() joined, or at the device's
+  // limit one made before it) would be pinned whole by a small block: the pool waits for the
+  // stream instead, then takes again (take()'s may_wait), once per such handle, since its pieces
+  // are growth's sizes. Not while the device fills: there a wait changed which free blocks the
+  // next requests found, and loops at 1.2x their peak then filled the device.
+  if (may_wait_for_frees_ && c->owner == slot && h.size > pages_.largest_growth_handle(settings_.aliases)) {
     waits_for_frees_ = true;
   }
   return false;

@@ -245,7 +245,7 @@ TEST(PoolOutOfMemory, AtTheLimitOnlyWhatExtendingTheLargestFreeBlockLacksGoesBac
 // neighbours pins at most that much free memory the out-of-memory path cannot hand back; release()
 // ends it, and growth makes larger handles again: 20 MiB while the device's room is less than
 // four of the largest requests, up to 64 MiB beyond (docs/RESULTS.md, section 0, "Handles at
-// the device's limit", "Smaller handles and splits once the pool fills half the device").
+// the device's limit", "The device filling").
 TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0);
@@ -385,7 +385,7 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
 // While the device fills (a growth would leave it less room than four of the largest requests
 // yet), before its limit or its last quarter, growth makes 20 MiB handles: a block a loop keeps
 // from its first step pins at most that much of a handle its activations left (docs/RESULTS.md,
-// section 0, "Smaller handles and splits once the pool fills half the device").
+// section 0, "The device filling").
 TEST(PoolOutOfMemory, WhileTheDeviceFillsGrowthMakes20MiBHandles) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0);
@@ -403,36 +403,44 @@ TEST(PoolOutOfMemory, WhileTheDeviceFillsGrowthMakes20MiBHandles) {
 }
 
 // While the device fills, a block smaller than a quarter of a larger handle made before splits it
-// into pieces of at most 20 MiB, waiting for its stream's fresh frees there as at the limit; a
-// block of a quarter or more keeps it whole.
+// into pieces of at most 20 MiB, when the handle is safe to unmap: not behind its stream's fresh
+// frees, which it does not wait for (a wait there moved later layouts). A block of a quarter or
+// more keeps it whole.
 TEST(PoolOutOfMemory, WhileTheDeviceFillsASmallBlockSplitsAHandleMadeBefore) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  stream_t s = nullptr;
-  ASSERT_EQ(sim->stream_create(0, &s), driver_status::success);
-  void* x = checker.allocate(64 * MiB, s);  // leaves room for four of it: one 64 MiB handle
-  void* y = checker.allocate(256 * MiB, s);  // the device fills
-  ASSERT_EQ(handle_sizes(p).count(64 * MiB), 1u);
-  checker.free_after_work(x, 500.0);  // on s, behind queued work
-  std::uint64_t calls = p.stats().driver.memory_calls();
-  void* quarter = checker.allocate(16 * MiB, s);  // in x's handle
-  EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "a quarter of the handle: kept whole";
-  EXPECT_EQ(handle_sizes(p).count(64 * MiB), 1u);
-  checker.free(quarter);
+  void* x = checker.allocate(64 * MiB);  // leave room for four of them: 64 MiB handles
+  void* z = checker.allocate(64 * MiB);
+  void* y = checker.allocate(256 * MiB);  // the device fills
+  ASSERT_EQ(handle_sizes(p).count(64 * MiB), 2u);
   const std::uint64_t waits = p.stats().driver.wait_calls();
-  calls = p.stats().driver.memory_calls();
-  void* small = checker.allocate(8 * MiB, s);
-  EXPECT_EQ(p.stats().driver.wait_calls(), waits + 1) << "waited for the stream's frees";
+  checker.free(x);
+  sim->run_until_idle();
+  // A miss settles the frees, and the event the stream records next covers x's: its handle is safe
+  // to unmap from then on.
+  void* w = checker.allocate(100 * MiB);
+  std::uint64_t calls = p.stats().driver.memory_calls();
+  void* quarter = checker.allocate(16 * MiB);  // in x's handle
+  EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "a quarter of the handle: kept whole";
+  checker.free(quarter);
+  void* small = checker.allocate(8 * MiB);
   EXPECT_GT(p.stats().driver.memory_calls(), calls);
-  const std::multiset<std::size_t> sizes = handle_sizes(p);
-  EXPECT_EQ(sizes.count(64 * MiB), 0u) << "x's handle split";
-  EXPECT_EQ(*sizes.rbegin(), 20 * MiB) << "into pieces of at most 20 MiB";
+  std::multiset<std::size_t> sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(64 * MiB), 1u) << "x's handle split";
+  EXPECT_EQ(sizes.count(8 * MiB), 1u) << "small's own piece";
+  EXPECT_EQ(sizes.count(20 * MiB), 19u) << "y's twelve, w's five and two of x's pieces: none above 20 MiB";
+  // z freed behind queued work: a small block cut from it keeps its handle whole, with no wait.
+  checker.free_after_work(z, 500.0);
+  void* big = checker.allocate(56 * MiB);  // the rest of x's pieces
+  calls = p.stats().driver.memory_calls();
+  void* fresh = checker.allocate(8 * MiB);
+  EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "z kept whole";
+  EXPECT_EQ(handle_sizes(p).count(64 * MiB), 1u);
+  EXPECT_EQ(p.stats().driver.wait_calls(), waits) << "no wait";
   EXPECT_EQ(sim->unsafe_unmap_count(), 0u);
   checker.check();
-  checker.free(small);
-  checker.free(y);
-  p.forget_stream(s);
+  for (void* b : {small, big, fresh, y, w}) checker.free(b);
 }
 
 // At the limit a growth the device cannot give is not tried: the pool goes to the out-of-memory
