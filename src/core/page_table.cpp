@@ -281,7 +281,9 @@ std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, b
   if (near_limit_ && !aliasing && bytes < near_limit_small_handle_tail_granules * granularity_) {
     return std::min(bytes, max_handle_granules_at_limit * granularity_);
   }
-  if (filling_ && !at_limit_ && !aliasing) return std::min(bytes, max_handle_granules_while_filling * granularity_);
+  if (filling_ && !at_limit_ && !aliasing) {
+    return std::min(bytes, max_handle_granules_while_filling * granularity_);
+  }
   return std::min(bytes, largest_growth_handle(aliasing));
 }
 

@@ -37,14 +37,14 @@
 // block covering three quarters of such a handle keeps it whole only if the rest is no more than a
 // quarter of growth's largest handle.
 // While the device fills (page_table.cpp, growth.cpp), before the limit, a block smaller than a
-// quarter of a handle larger than 20 MiB splits it too, when the handle is safe to unmap without a
-// wait (a wait there changed which free blocks the next requests found, and side-by-side loops at
-// 1.2x their peak then filled the device), into pieces of at most 20 MiB: such blocks placed then are what a loop keeps from its first step
-// (an optimizer's state) in the holes its activations left, and whole 64 MiB handles under them
-// stranded the rests the loop's large requests needed at its capacity. Larger blocks keep the rule
-// away from the limit: split under every block covering less than three quarters of a handle, a
-// sharded loop's layout followed the waits and filled the device (docs/RESULTS.md, section 0,
-// "The device filling").
+// quarter of a handle larger than 20 MiB splits it too, into pieces of at most 20 MiB, when the
+// handle is safe to unmap without a wait: such blocks placed then are what a loop keeps from its
+// first step (an optimizer's state) in the holes its activations left, and whole 64 MiB handles
+// under them stranded the rests the loop's large requests needed at its capacity. A wait there
+// changed which free blocks the next requests found, and side-by-side loops at 1.2x their peak
+// then filled the device; split under every block covering less than three quarters of a handle,
+// a sharded loop's layout did the same (docs/RESULTS.md, section 0, "The device filling", and the
+// section before it).
 //
 // The frontier: a free block below the unmapped room at the end of its address range is where
 // growth extends cheaply (a request larger than the block maps only the difference). Best fit
@@ -177,7 +177,8 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // an aliasing arena keeps the splits it was measured with. While the device fills, a block
   // smaller than a quarter of a handle larger than the pieces made then splits it.
   const bool small_block_while_filling = pages_.filling() && !pages_.at_limit() && !settings_.aliases &&
-                                         h.size > pages_.largest_split_piece(false) && 4 * (end - start) < h.size;
+                                         h.size > pages_.largest_split_piece(false) &&
+                                         4 * (end - start) < h.size;
   if (!small_block_while_filling && !pages_.at_limit() && !settings_.aliases &&
       h.size <= pages_.largest_growth_handle(false)) {
     return false;

@@ -601,7 +601,8 @@ class pool_impl {
   // (another thread's miss while the out-of-memory path dropped the lock may have moved it).
   std::size_t held_before_miss_ = 0;
   // Held memory past which growth next asks the driver how much room the device has left
-  // (watch_device_room): half way to where the room it saw last would be a quarter of held.
+  // (watch_device_room): half way to where the room it saw last would be a quarter of held, or
+  // (before the device fills) four of the largest requests, whichever comes first.
   std::size_t next_room_check_held_ = 0;
   // The largest request growth has served outside the limit (rounded to granules): the device
   // fills once its room is less than four of them (watch_device_room).

@@ -269,7 +269,7 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   sim->run_until_idle();
   (void)p.release();
   EXPECT_TRUE(handle_sizes(p).empty());
-  void* d = checker.allocate(48 * MiB);  // the cap leaves less room than four of c: the device fills
+  void* d = checker.allocate(48 * MiB);  // the cap leaves less room than four of a: the device fills
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{8 * MiB, 20 * MiB, 20 * MiB}))
       << "release() ended the limit: 20 MiB handles, not the limit's 8";
   checker.free(d);
