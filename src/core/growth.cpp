@@ -51,8 +51,8 @@ constexpr std::size_t streak_rest_of_peak_inverse = 64;
 // this fraction of what it holds.
 constexpr std::size_t room_of_held_inverse = 4;
 // The device fills (page_table::filling) once a growth would leave it less room than this many of
-// the largest requests the pool has served (docs/RESULTS.md, section 0: two made the U-Net fail
-// as before, three settled its failures but not its calls).
+// the largest requests the pool has served: the fewest that settled the loops measured
+// (docs/RESULTS.md, section 0, "The device filling").
 constexpr std::size_t filling_room_in_largest_requests = 4;
 
 [[noreturn]] void throw_driver_failure(const char* what, int device, driver_status status) {

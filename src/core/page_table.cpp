@@ -27,13 +27,13 @@
 // While the device fills (a growth would leave the device less room than four of the largest
 // requests the pool has served: growth.cpp), before any of that, growth's handles are 20 MiB, and
 // placement splits a larger handle made before under a block smaller than a quarter of it into
-// pieces of at most 20 MiB (largest_split_piece; placement.cpp): the blocks a loop keeps from its
+// pieces of at most 20 MiB (largest_new_handle; placement.cpp): the blocks a loop keeps from its
 // first step (an optimizer's state) are placed in the holes its activations left, and in 64 MiB
 // handles they stranded the rests a later large request needed, failing allocations in every step
 // where expandable segments' 20 MiB pages failed none (docs/RESULTS.md, section 0, "The device
-// filling"). Measured against the largest requests rather than what the pool holds, a pool far
-// from the limit for its requests (hf_t5_train filling four fifths of an H200, each request under
-// a quarter of the room left) makes no more calls than before.
+// filling"). It is measured against the largest requests rather than what the pool holds: a pool
+// that holds most of a device but whose requests are small beside the room left is far from
+// failing any of them, and would pay the smaller handles' calls for nothing.
 // Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
 // spans whole handles, and smaller ones made later passes map aliases again. Small arenas use the
 // granularity: small blocks share pages, and a page goes back only when none of them is live. How
@@ -281,13 +281,10 @@ std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, b
   if (near_limit_ && !aliasing && bytes < near_limit_small_handle_tail_granules * granularity_) {
     return std::min(bytes, max_handle_granules_at_limit * granularity_);
   }
-  if (filling_ && !at_limit_ && !aliasing) {
-    return std::min(bytes, max_handle_granules_while_filling * granularity_);
-  }
-  return std::min(bytes, largest_growth_handle(aliasing));
+  return std::min(bytes, largest_new_handle(aliasing));
 }
 
-std::size_t page_table::largest_split_piece(bool aliasing) const noexcept {
+std::size_t page_table::largest_new_handle(bool aliasing) const noexcept {
   if (filling_ && !at_limit_ && !aliasing) return max_handle_granules_while_filling * granularity_;
   return largest_growth_handle(aliasing);
 }

@@ -158,8 +158,9 @@ class page_table {
   /// a region that may (`large_handles`) or may not use handles above the granularity, and that
   /// maps idle handles a second time (`aliasing`) or not: see the policy in page_table.cpp.
   [[nodiscard]] std::size_t handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept;
-  /// The largest handle growth makes in a large region that aliases or not (handle_size_for's cap,
-  /// but for 20 MiB while the device fills). Only wake() makes larger ones (join_slept).
+  /// The largest handle growth makes in a large region that aliases or not away from the device's
+  /// filling (largest_new_handle() is 20 MiB there); what placement's keep-whole rules compare
+  /// with. Only wake() makes larger ones (join_slept).
   [[nodiscard]] std::size_t largest_growth_handle(bool aliasing) const noexcept;
   /// Whether the pool is at the device's limit: its out-of-memory path has run, and since then
   /// neither release() nor a growth that found the device with room again (growth.cpp) ended it.
@@ -178,9 +179,10 @@ class page_table {
   /// a block smaller than a quarter of it (placement.cpp).
   void set_filling(bool filling) noexcept { filling_ = filling; }
   [[nodiscard]] bool filling() const noexcept { return filling_; }
-  /// The largest piece placement's splits make: growth's own handle size, but 20 MiB while the
-  /// device fills (below the limit), where growth's large handle is still 64 MiB.
-  [[nodiscard]] std::size_t largest_split_piece(bool aliasing) const noexcept;
+  /// The largest handle the pool makes now, in growth (handle_size_for's cap but for the near
+  /// limit's tail) and in placement's splits: largest_growth_handle(), but 20 MiB while the device
+  /// fills (below the limit).
+  [[nodiscard]] std::size_t largest_new_handle(bool aliasing) const noexcept;
 
   [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
   [[nodiscard]] std::size_t held_bytes() const noexcept { return held_; }

@@ -177,7 +177,7 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // an aliasing arena keeps the splits it was measured with. While the device fills, a block
   // smaller than a quarter of a handle larger than the pieces made then splits it.
   const bool small_block_while_filling = pages_.filling() && !pages_.at_limit() && !settings_.aliases &&
-                                         h.size > pages_.largest_split_piece(false) &&
+                                         h.size > pages_.largest_new_handle(false) &&
                                          4 * (end - start) < h.size;
   if (!small_block_while_filling && !pages_.at_limit() && !settings_.aliases &&
       h.size <= pages_.largest_growth_handle(false)) {
@@ -213,7 +213,7 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   // limit one made before it) would be pinned whole by a small block: the pool waits for the
   // stream instead, then takes again (take()'s may_wait), once per such handle, since its pieces
   // are growth's sizes. Not while the device fills: there a wait changed which free blocks the
-  // next requests found, and loops at 1.2x their peak then filled the device.
+  // next requests found, and loops well short of the limit then filled the device.
   if (may_wait_for_frees_ && c->owner == slot && h.size > pages_.largest_growth_handle(settings_.aliases)) {
     waits_for_frees_ = true;
   }
@@ -285,7 +285,7 @@ bool arena::remap_split(std::uint32_t id, address_range& range, const std::array
   // No piece is larger than growth makes handles: a handle that wake() joined is split back to
   // growth's sizes, so it is waited for (repair_worthwhile) once. While the device fills, pieces
   // are 20 MiB: a rest of up to 64 MiB was split again under the next small block placed in it.
-  const std::size_t largest = pages_.largest_split_piece(settings_.aliases);
+  const std::size_t largest = pages_.largest_new_handle(settings_.aliases);
   const device_address end = h.at + h.size;
   device_address from = h.at;
   unsigned next = 0;
