@@ -54,6 +54,9 @@ constexpr std::size_t room_of_held_inverse = 4;
 // the largest requests the pool has served: the fewest that settled the loops measured
 // (docs/RESULTS.md, section 0, "The device filling").
 constexpr std::size_t filling_room_in_largest_requests = 4;
+// The pool holds a share of the device once a growth would leave it less room than this many times
+// what the pool would hold: from there a request's end granule gets a handle of its own (grow).
+constexpr std::size_t device_share_room_in_held = 16;
 
 [[noreturn]] void throw_driver_failure(const char* what, int device, driver_status status) {
   throw error(error_code::driver_failure,
@@ -159,6 +162,8 @@ void pool_impl::watch_device_room(std::size_t size) {
   const std::size_t room_after = creatable > need ? creatable - need : 0;
   const std::size_t filling_room = filling_room_in_largest_requests * largest_request_;
   if (room_after < filling_room) pages_.set_filling(true);
+  const std::size_t share_room = device_share_room_in_held * held_after;
+  if (room_after < share_room) holds_device_share_ = true;
   const std::size_t enough = held_after / room_of_held_inverse;
   if (room_after < enough) {
     pages_.set_near_limit(true);
@@ -167,12 +172,29 @@ void pool_impl::watch_device_room(std::size_t size) {
   }
   const std::size_t next_bound = pages_.filling() ? enough : std::max(enough, filling_room);
   next_room_check_held_ = held_after + (room_after - next_bound) / 2;
+  // The share's bound moves with held memory: the room falls by what the pool grows and the bound
+  // rises sixteen times as fast, so half way to it is a 34th of the gap on.
+  if (!holds_device_share_) {
+    const std::size_t to_share = (room_after - share_room) / (2 * (device_share_room_in_held + 1));
+    next_room_check_held_ = std::min(next_room_check_held_, held_after + to_share);
+  }
+}
+
+bool pool_impl::end_granule_gets_own_handle() const noexcept {
+  // A block carved from the free rest of a request's end granule pins whatever handle holds that
+  // granule, after the request's block is gone; in a granule handle of its own it pins 2 MiB, in
+  // the growth's last large handle up to 64 MiB, which release() then keeps and only compact()
+  // hands back. That matters where the device could fill: such rests stranded enough memory to
+  // fail allocations on loops run near their capacity. A pool holding a small share of the device
+  // would pay the extra handle of every growth for nothing but release()'s figure.
+  return holds_device_share_ || pages_.filling() || pages_.near_limit() || pages_.at_limit();
 }
 
 void pool_impl::forget_device_limit() noexcept {
   pages_.set_at_limit(false);
   pages_.set_near_limit(false);
   pages_.set_filling(false);
+  holds_device_share_ = false;
   next_room_check_held_ = 0;
 }
 
@@ -242,7 +264,8 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   // never shares a large handle with it; large stolen handles stop short of it. Not when the
   // growth's last handle would be small anyway (at most a granule and a quarter of growth's
   // largest handle): the neighbour then pins at most a quarter of a handle more, what placement's
-  // keep-whole rule accepts (placement.cpp), and the growth makes one handle fewer.
+  // keep-whole rule accepts (placement.cpp), and the growth makes one handle fewer. Nor while the
+  // pool holds a small share of the device (end_granule_gets_own_handle).
   const std::size_t g = pages_.granularity();
   const bool large = where.guards_large_handles();
   const std::size_t have = w.below != nullptr ? w.below->size : 0;
@@ -267,7 +290,8 @@ pool_impl::growth pool_impl::grow(arena& where, std::size_t size, std::uint32_t 
   const std::size_t last_handle = w.map_bytes % largest_handle;
   const bool small_last_handle = last_handle != 0 && last_handle <= g + largest_handle / 4;
   const bool partial_end =
-      large && !aliasing && !rounded && size > have && (size - have) % g != 0 && !small_last_handle;
+      large && !aliasing && !rounded && size > have && (size - have) % g != 0 && !small_last_handle &&
+      end_granule_gets_own_handle();
   // The growth budget (pool_options::growth_slack): new handles up to it, stolen ones beyond.
   const double over = static_cast<double>(pages_.held_bytes() + w.map_bytes) - growth_budget(size);
   const std::size_t steal_at_least = over <= 0 ? 0 : round_up(static_cast<std::size_t>(over), g);

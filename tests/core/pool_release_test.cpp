@@ -253,5 +253,30 @@ TEST(PoolRelease, OnlyAGrowthWhoseLastHandleIsLargeGivesItsEndGranuleAHandleOfIt
   EXPECT_EQ(p.stats().mapped_bytes, 0u);
 }
 
+// The end granule's own handle is for devices the pool could fill: while it holds a small share of
+// the device (less than a seventeenth of what it could reach), the same growth makes one handle, and
+// from the growth that takes it past that share the granule gets its own again (growth.cpp,
+// end_granule_gets_own_handle).
+TEST(PoolRelease, AGrowthGivesItsEndGranuleAHandleOfItsOwnOnlyOnceThePoolHoldsAShareOfTheDevice) {
+  auto sim = std::make_shared<sim_driver>(small_device(16384 * MiB));
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  void* small_growth = checker.allocate(5 * MiB);
+  void* large_growth = checker.allocate(59 * MiB / 2);  // granules 3-17, as in the test above
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{6 * MiB, 30 * MiB})) << "no granule handle";
+  // From the 1.5 MiB free above the last block to 1 GiB past it: the growth that takes the pool past
+  // a seventeenth of the 16 GiB device ends inside a granule, which gets a handle of its own.
+  void* share = checker.allocate(1024 * MiB);
+  const std::multiset<std::size_t> sizes = handle_sizes(p);
+  EXPECT_EQ(sizes.count(2 * MiB), 1u);
+  EXPECT_EQ(sizes.count(64 * MiB), 15u);
+  EXPECT_EQ(sizes.size(), 2u + 15u + 2u) << "the two before, 15 of 64 MiB, one of 62 MiB and the granule";
+  checker.check();
+  for (void* q : {small_growth, large_growth, share}) checker.free(q);
+  sim->run_until_idle();
+  (void)p.release();
+  EXPECT_EQ(p.stats().mapped_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace tidepool::testing
