@@ -528,7 +528,7 @@ class pool_impl {
                                         std::size_t creatable) const;
   /// Marks the pool near the device's limit (page_table::near_limit) when a growth of `size` would
   /// leave the device less room than a quarter of what the pool would hold, the device filling
-  /// (page_table::filling) when less than four of the largest requests yet, and the pool a fair
+  /// (page_table::filling) when less than four of the largest requests yet, and the pool holding a
   /// share of the device (holds_device_share_) when less than sixteen times what it would hold
   /// (growth.cpp). Asks the driver only once held memory passes next_room_check_held_, or for a
   /// request larger than any before.
@@ -536,8 +536,8 @@ class pool_impl {
   /// Whether growth gives the granule a request ends in a handle of its own (grow): only where
   /// what a long-lived neighbour pins there could one day fail an allocation.
   [[nodiscard]] bool end_granule_gets_own_handle() const noexcept;
-  /// Ends the device's limit, its nearness and its filling: release() and compact() handed back what
-  /// they could.
+  /// Ends the device's limit, its nearness, its filling and the pool's share of it (the next growth
+  /// asks the driver again): release() and compact() handed back what they could.
   void forget_device_limit() noexcept;
 
   std::shared_ptr<driver> driver_;
