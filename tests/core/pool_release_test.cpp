@@ -276,6 +276,13 @@ TEST(PoolRelease, AGrowthGivesItsEndGranuleAHandleOfItsOwnOnlyOnceThePoolHoldsAS
   sim->run_until_idle();
   (void)p.release();
   EXPECT_EQ(p.stats().mapped_bytes, 0u);
+  // release() ends the share with the limit: the pool asks the driver again at its next growth, and
+  // holding a small share once more, makes no granule handle.
+  void* again_small = checker.allocate(5 * MiB);
+  void* again_large = checker.allocate(59 * MiB / 2);
+  EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{6 * MiB, 30 * MiB}));
+  checker.free(again_small);
+  checker.free(again_large);
 }
 
 }  // namespace
