@@ -1,7 +1,8 @@
 """bench/synthetic/long_run.py: a recorded loop's setup once and its steps again and again. The steps
-start at the first clean step boundary; the setup is written once, the steps REPEATS times with
-rising times; every free names a live allocation of its size; peak in use is the original's; a
-trace with no boundary is refused with a clear message."""
+start at the first clean step boundary, or where a step keeps only a small tensor into the next
+(made again at each repetition); the setup is written once, the steps REPEATS times with rising
+times; every free names a live allocation of its size; peak in use is the original's; a trace with
+no boundary is refused with a clear message."""
 
 import csv
 import gzip
@@ -96,22 +97,50 @@ def test_a_trace_with_no_step_boundary_is_refused(tmp_path):
     assert not out.exists()
 
 
-def test_steps_that_would_make_the_setup_again_are_refused(tmp_path):
-    src, out = tmp_path / "late_state.csv.gz", tmp_path / "long.csv.gz"
-    # The optimizer's state is made in the first step, and each step keeps its loss until the next
-    # one's is made: the only boundaries come before the state, so the steps would make it again.
+def _kept_into_the_next_step(kept_size):
+    """The optimizer's state made in the first step, and each step keeping a tensor of `kept_size`
+    (its loss) until the next one makes its own: no clean boundary follows the state."""
     events = [("allocate", "0x1000", 8 * MiB)]
     for step in range(3):
         events += [("allocate", "0xa000", 4 * MiB), ("free", "0xa000", 4 * MiB),
-                   ("allocate", "0xc%03x" % (step + 1), MiB)]
+                   ("allocate", "0xc%03x" % (step + 1), kept_size)]
         if step == 0:
             events += [("allocate", "0x3000", 16 * MiB)]
         else:
-            events += [("free", "0xc%03x" % step, MiB)]
-    _write_trace(src, events)
+            events += [("free", "0xc%03x" % step, kept_size)]
+    return events
+
+
+def test_steps_that_keep_a_small_tensor_into_the_next_start_after_the_state(tmp_path):
+    src, out = tmp_path / "kept_loss.csv.gz", tmp_path / "long.csv.gz"
+    _write_trace(src, _kept_into_the_next_step(MiB))
+    result = subprocess.run([sys.executable, SCRIPT, str(src), "3", str(out)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    # After the state is made, with the weights, the state and the first step's 1 MiB loss live.
+    assert "steps from event 6 on (8 events), run 3 times; 1 blocks (1.0 MiB)" in result.stderr
+    rows = _rows(out)
+    assert sum(1 for r in rows if r["Pointer"] == "0x3000") == 1, "the optimizer's state is made once"
+    # Each repetition frees the last step's loss and makes the kept one again, as the first run had.
+    assert [r["Action"] for r in rows if r["Pointer"] == "0xc001"] == ["allocate", "free"] * 3
+    assert [r["Action"] for r in rows if r["Pointer"] == "0xc003"] == ["allocate", "free"] * 2 + ["allocate"]
+    live = {}
+    for i, r in enumerate(rows, start=2):
+        if r["Action"] == "allocate":
+            assert r["Pointer"] not in live, f"line {i}: allocation of a live pointer"
+            live[r["Pointer"]] = r["Size"]
+        else:
+            assert live.pop(r["Pointer"], None) == r["Size"], f"line {i}: free of a pointer that is not live"
+    assert _peak(rows) == _peak(_rows(src))
+
+
+def test_steps_that_keep_a_large_tensor_into_the_next_are_refused(tmp_path):
+    src, out = tmp_path / "late_state.csv.gz", tmp_path / "long.csv.gz"
+    # The same loop keeping 8 MiB from step to step: a third of the setup is no step boundary, and
+    # the only clean ones come before the state, so the steps would make it again.
+    _write_trace(src, _kept_into_the_next_step(8 * MiB))
     result = subprocess.run([sys.executable, SCRIPT, str(src), "3", str(out)], capture_output=True, text=True)
     assert result.returncode == 1
-    assert "late_state.csv.gz: the steps from event 2 on leave 17.0 MiB live against the setup's 8.0 MiB" \
+    assert "late_state.csv.gz: the steps from event 2 on leave 24.0 MiB live against the setup's 8.0 MiB" \
         in result.stderr
     assert not out.exists()
 
