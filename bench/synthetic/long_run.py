@@ -53,8 +53,10 @@ def _stamp(seconds):
     return "%02d:%02d:%02d.%06d" % (hours, minutes, whole, micros)
 
 
-def _lives_to_end(events):
-    """The pointers live at the trace's end, and the index of its last allocation."""
+def _points(events):
+    """Every point before the trace's last allocation, in order: (index of the first event after it,
+    bytes live in blocks that live to the trace's end, bytes and number of the other live blocks).
+    One walk serves both kinds of step boundary below."""
     live_at_end = set()
     last_allocation = -1
     for i, event in enumerate(events):
@@ -63,63 +65,49 @@ def _lives_to_end(events):
             last_allocation = i
         elif event[2] == "free":
             live_at_end.discard(event[3])
-    return live_at_end, last_allocation
+    sizes = {}
+    setup_bytes = 0  # live bytes of blocks that live to the end
+    outsider_bytes = 0
+    outsiders = 0  # live blocks that do not live to the end
+    points = []
+    for i, event in enumerate(events[:last_allocation]):
+        action, pointer = event[2], event[3]
+        sign = 0
+        if action == "allocate":
+            sizes[pointer] = int(event[4])
+            sign, size = 1, sizes[pointer]
+        elif action == "free" and pointer in sizes:
+            sign, size = -1, sizes.pop(pointer)
+        if sign != 0 and pointer in live_at_end:
+            setup_bytes += sign * size
+        elif sign != 0:
+            outsider_bytes += sign * size
+            outsiders += sign
+        points.append((i + 1, setup_bytes, outsider_bytes, outsiders))
+    return points
 
 
-def _near_boundary(events, live_at_end, last_allocation):
+def _near_boundary(points):
     """The fallback when every clean boundary comes before the setup is made (a loop that keeps a
     step's loss or gradients until the next step makes its own has no clean boundary after its first
     step): the earliest point at which the blocks that live to the end hold at least `SETUP_SHARE`
     of the most they hold anywhere, and the others at most 1 - `SETUP_SHARE` of that. Returns (index
     of the first event after it, the bytes that live to the end there) or None."""
-    sizes = {}
-    setup_bytes = 0  # live bytes of blocks that live to the end
-    outsider_bytes = 0
-    points = []
-    for i, event in enumerate(events[:last_allocation]):
-        action, pointer = event[2], event[3]
-        if action == "allocate":
-            sizes[pointer] = int(event[4])
-            if pointer in live_at_end:
-                setup_bytes += sizes[pointer]
-            else:
-                outsider_bytes += sizes[pointer]
-        elif action == "free" and pointer in sizes:
-            size = sizes.pop(pointer)
-            if pointer in live_at_end:
-                setup_bytes -= size
-            else:
-                outsider_bytes -= size
-        points.append((i + 1, setup_bytes, outsider_bytes))
     if not points:
         return None
-    most = max(b for _, b, _ in points)
-    return next(((i, b) for i, b, o in points
+    most = max(b for _, b, _, _ in points)
+    return next(((i, b) for i, b, o, _ in points
                  if b > 0 and b >= SETUP_SHARE * most and o <= (1 - SETUP_SHARE) * b), None)
 
 
-def steps_start(events):
-    """Index of the first event of the steps: the earliest step boundary (a point where every live
-    block lives to the trace's end, with an allocation after it) at which the live bytes are at least
+def steps_start(points):
+    """Index of the first event of the steps, over `_points`: the earliest step boundary (a point
+    where every live block lives to the trace's end, with an allocation after it) at which the live
+    bytes are at least
     `SETUP_SHARE` of the most any boundary has (the weights and the optimizer's state made; a tensor
     a step keeps to the end does not move it), and the bytes live there (the setup's). Raises
     ValueError when the trace has none."""
-    live_at_end, last_allocation = _lives_to_end(events)
-    sizes = {}
-    live_bytes = 0
-    outsiders = 0  # live blocks that do not live to the end
-    boundaries = []  # (index of the first event after it, live bytes)
-    for i, event in enumerate(events[:last_allocation]):
-        action, pointer = event[2], event[3]
-        if action == "allocate":
-            sizes[pointer] = int(event[4])
-            live_bytes += sizes[pointer]
-            outsiders += pointer not in live_at_end
-        elif action == "free" and pointer in sizes:
-            live_bytes -= sizes.pop(pointer)
-            outsiders -= pointer not in live_at_end
-        if outsiders == 0 and live_bytes > 0:
-            boundaries.append((i + 1, live_bytes))
+    boundaries = [(i, b) for i, b, _, outsiders in points if outsiders == 0 and b > 0]
     if not boundaries:
         raise ValueError("no step boundary: no point before its last allocation where only blocks that "
                          "live to its end are live")
@@ -162,11 +150,12 @@ def write_long_run(trace, repeats, out):
     with _open_text(trace) as f:
         rows = list(csv.reader(f))
     header, events = rows[0], rows[1:]
-    start, setup_bytes = steps_start(events)
+    points = _points(events)
+    start, setup_bytes = steps_start(points)
     remade, left = _repetition(events, start)
     kept_bytes = sum(int(a[4]) for a in left.values())
     if kept_bytes > (1 - SETUP_SHARE) * setup_bytes:
-        near = _near_boundary(events, *_lives_to_end(events))
+        near = _near_boundary(points)
         if near is not None and near[0] > start:
             near_remade, near_left = _repetition(events, near[0])
             near_kept = sum(int(a[4]) for a in near_left.values())

@@ -29,6 +29,17 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+def _assert_frees_name_live_allocations(rows):
+    """No allocation of a live pointer; every free names a live allocation of its size."""
+    live = {}
+    for i, r in enumerate(rows, start=2):
+        if r["Action"] == "allocate":
+            assert r["Pointer"] not in live, f"line {i}: allocation of a live pointer"
+            live[r["Pointer"]] = r["Size"]
+        else:
+            assert live.pop(r["Pointer"], None) == r["Size"], f"line {i}: free of a pointer that is not live"
+
+
 def _loop_events():
     """Weights made, one step with no optimizer state yet, AdamW's state made in the first step's
     end, then two more steps; a step's activation a and temporary t, and a logging tensor kept from
@@ -72,15 +83,9 @@ def test_the_setup_once_and_the_steps_repeated(tmp_path):
     assert sum(1 for r in rows if r["Pointer"] == "0xa000" and r["Action"] == "allocate") == 1 + 2 * 4
     # The logging tensor the steps leave live is freed before each repetition.
     assert [r["Action"] for r in rows if r["Pointer"] == "0xc000"] == ["allocate", "free"] * 3 + ["allocate"]
-    live = {}
     times = [r["Time"] for r in rows]
     assert times == sorted(times), "times rise"
-    for i, r in enumerate(rows, start=2):
-        if r["Action"] == "allocate":
-            assert r["Pointer"] not in live, f"line {i}: allocation of a live pointer"
-            live[r["Pointer"]] = r["Size"]
-        else:
-            assert live.pop(r["Pointer"], None) == r["Size"], f"line {i}: free of a pointer that is not live"
+    _assert_frees_name_live_allocations(rows)
     original = _rows(src)
     assert _peak(rows) == _peak(original)
 
@@ -123,13 +128,7 @@ def test_steps_that_keep_a_small_tensor_into_the_next_start_after_the_state(tmp_
     # Each repetition frees the last step's loss and makes the kept one again, as the first run had.
     assert [r["Action"] for r in rows if r["Pointer"] == "0xc001"] == ["allocate", "free"] * 3
     assert [r["Action"] for r in rows if r["Pointer"] == "0xc003"] == ["allocate", "free"] * 2 + ["allocate"]
-    live = {}
-    for i, r in enumerate(rows, start=2):
-        if r["Action"] == "allocate":
-            assert r["Pointer"] not in live, f"line {i}: allocation of a live pointer"
-            live[r["Pointer"]] = r["Size"]
-        else:
-            assert live.pop(r["Pointer"], None) == r["Size"], f"line {i}: free of a pointer that is not live"
+    _assert_frees_name_live_allocations(rows)
     assert _peak(rows) == _peak(_rows(src))
 
 
@@ -167,11 +166,4 @@ def test_a_block_the_steps_make_again_at_a_setup_address_is_not_freed_between_re
     result = subprocess.run([sys.executable, SCRIPT, str(src), "3", str(out)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "0 blocks (0.0 MiB) they leave live" in result.stderr
-    live = set()
-    for i, r in enumerate(_rows(out), start=2):
-        if r["Action"] == "allocate":
-            assert r["Pointer"] not in live, f"line {i}: allocation of a live pointer"
-            live.add(r["Pointer"])
-        else:
-            assert r["Pointer"] in live, f"line {i}: free of a pointer that is not live"
-            live.discard(r["Pointer"])
+    _assert_frees_name_live_allocations(_rows(out))
