@@ -103,10 +103,9 @@ def _near_boundary(points):
 def steps_start(points):
     """Index of the first event of the steps, over `_points`: the earliest step boundary (a point
     where every live block lives to the trace's end, with an allocation after it) at which the live
-    bytes are at least
-    `SETUP_SHARE` of the most any boundary has (the weights and the optimizer's state made; a tensor
-    a step keeps to the end does not move it), and the bytes live there (the setup's). Raises
-    ValueError when the trace has none."""
+    bytes are at least `SETUP_SHARE` of the most any boundary has (the weights and the optimizer's
+    state made; a tensor a step keeps to the end does not move it), and the bytes live there (the
+    setup's). Raises ValueError when the trace has none."""
     boundaries = [(i, b) for i, b, _, outsiders in points if outsiders == 0 and b > 0]
     if not boundaries:
         raise ValueError("no step boundary: no point before its last allocation where only blocks that "
