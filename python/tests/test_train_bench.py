@@ -658,6 +658,53 @@ def test_the_table_says_how_often_tidepool_waited_for_the_gpu():
     assert report.gpu_waits(results) == ["  hf-llama-ckpt-accum / tidepool: waited for the GPU 152 times (812.2 ms)"]
 
 
+def test_the_table_says_whether_a_run_settled_after_its_warm_up():
+    common = {"workload": "gpt-vary", "warmup": 2, "shapes_digest": "d", "step_ms": [9.0] * 6, "median_step_ms": 9.0}
+    gib = 1 << 30
+    settled = dict(common, allocator="expandable", step_driver_calls=[40, 52, 52, 52, 52, 52],
+                   step_held_bytes=[3 * gib, 4 * gib, 4 * gib, 4 * gib, 4 * gib, 4 * gib])
+    drifting = dict(common, allocator="tidepool", step_driver_calls=[30, 41, 45, 45, 60, 75],
+                    step_held_bytes=[3 * gib, 4 * gib, 4 * gib, 5 * gib, 4 * gib, 6 * gib])
+    lines = report.steady_state([settled, drifting, dict(common, allocator="default"),
+                                 dict(settled, allocator="async", error="OOM")])
+    assert lines == [
+        "  gpt-vary / expandable: after the warm-up (steps 2-5) 0 driver calls, 0 in the last 3 steps; "
+        "held at a step's end 4.00 GiB at the warm-up's end, at most 4.00 GiB after (x1.000)",
+        "  gpt-vary / tidepool: after the warm-up (steps 2-5) 34 driver calls, 30 in the last 3 steps; "
+        "held at a step's end 4.00 GiB at the warm-up's end, at most 6.00 GiB after (x1.500)"]
+    assert lines[1] in report.table([settled, drifting])
+    # No warm-up, or lists that do not match the run's steps: no line rather than a wrong one.
+    assert report.steady_state([dict(drifting, warmup=0), dict(drifting, step_held_bytes=[1, 2])]) == []
+
+
+def test_step_sampler_reads_the_runs_allocator_after_each_step():
+    class Stats:
+        driver_calls, mapped_bytes = 7, 1 << 20
+
+    class FakeTidepool:
+        @staticmethod
+        def stats(device):
+            assert device == 0
+            return Stats
+
+    class FakeCuda:
+        @staticmethod
+        def memory_stats(device):
+            return {"num_device_alloc": 5, "num_device_free": 2, "reserved_bytes.all.current": 3 << 20}
+
+    class FakeTorch:
+        cuda = FakeCuda
+
+    sampler = train_bench._step_sampler(FakeTorch, FakeTidepool, 0, "tidepool")
+    sampler(0)
+    sampler(1)
+    assert sampler.figures == {"step_driver_calls": [7, 7], "step_held_bytes": [1 << 20, 1 << 20]}
+    sampler = train_bench._step_sampler(FakeTorch, None, 0, "expandable")
+    sampler(0)
+    assert sampler.figures == {"step_driver_calls": [7], "step_held_bytes": [3 << 20]}
+    assert train_bench._step_sampler(FakeTorch, None, 0, catalog.PLUGGABLE_ASYNC) is None
+
+
 def test_report_gives_what_each_allocator_held_after_release():
     common = {"workload": "gpt-vary", "median_step_ms": 100.0, "step_ms": [100.0] * 12, "warmup": 2,
               "peak_in_use_bytes": 4 << 30, "peak_held_bytes": 5 << 30}

@@ -202,6 +202,29 @@ def gpu_waits(results):
             for r in results if "error" not in r and r.get("waits")]
 
 
+def steady_state(results):
+    """A line per run that sampled its allocator after each step (train_bench's step sampler): the
+    driver calls after the warm-up and in the run's last half, and held memory at a step's end: at
+    the warm-up's last step and the most after it. A loop that settles makes no call and holds no
+    more once warmed up; one that drifts (a budget that widens, a layout that walks) shows here
+    before it shows in a peak."""
+    lines = []
+    for r in results:
+        calls, held = r.get("step_driver_calls"), r.get("step_held_bytes")
+        warmup = r.get("warmup", 0)
+        if "error" in r or not calls or not held or len(calls) != len(held) or not 0 < warmup < len(calls):
+            continue
+        half = len(calls) // 2
+        after = calls[-1] - calls[warmup - 1]
+        last_half = calls[-1] - calls[half - 1] if half > 0 else calls[-1]
+        settled, most = held[warmup - 1], max(held[warmup:])
+        drift = f" (x{most / settled:.3f})" if settled else ""
+        lines.append(f"  {r['workload']} / {r['allocator']}: after the warm-up (steps {warmup}-{len(calls) - 1}) "
+                     f"{after} driver calls, {last_half} in the last {len(calls) - half} steps; held at a step's "
+                     f"end {settled / GiB:.2f} GiB at the warm-up's end, at most {most / GiB:.2f} GiB after{drift}")
+    return lines
+
+
 def held_after_release(results):
     """A line per workload: what each allocator held after torch.cuda.empty_cache() at the end of
     the run, over what was live then (the model, its optimizer state and what the loop kept); a
@@ -254,6 +277,7 @@ def table(results):
     notes.extend(recording_costs(results))
     notes.extend(interface_costs(results))
     notes.extend(gpu_waits(results))
+    notes.extend(steady_state(results))
     notes.extend(held_after_release(results))
     for workload in sorted(best):
         digests = {r.get("shapes_digest") for r in results if r["workload"] == workload and "error" not in r}

@@ -9,7 +9,9 @@ each workload and allocator in its own process.
 
 Per run, the child prints one JSON line: median and p90 step time after the warm-up (each step
 timed to a torch.cuda.synchronize()), the time of the first 10 steps, peak in use and peak held by
-the allocator's own count, NVML's peak for the process over its baseline, and driver calls. The
+the allocator's own count, NVML's peak for the process over its baseline, and driver calls; and, after
+each step, the allocator's driver calls so far and what it held then, from which the table's notes
+say whether the run settled once warmed up (no call, no more held). The
 launcher prints a table per workload and all of them at the end, and writes every JSON line to
 LOG_DIR/train-bench.jsonl (each child's output to LOG_DIR/train-bench/WORKLOAD.ALLOCATOR.log).
 Exit status 1 if any run failed. `--memory-cap-gib G` runs every allocator as on a GPU of G GiB
@@ -207,6 +209,41 @@ def _tidepool_figures(tidepool, device):
             "tidepool_options": tidepool.get_pool_options(), "recording_path": tidepool.recording_path()}
 
 
+class _StepSampler:
+    """Called after each step (workloads.run_steps' after_step): the allocator's driver calls so far
+    and what it holds at the step's end, so that the report can say whether a long run settles (no
+    driver call and no growth of held memory once the warm-up is over) rather than only what its
+    peaks were."""
+
+    def __init__(self, read):
+        self._read = read  # () -> (driver calls so far, bytes held now)
+        self.figures = {"step_driver_calls": [], "step_held_bytes": []}
+
+    def __call__(self, _step):
+        calls, held = self._read()
+        self.figures["step_driver_calls"].append(calls)
+        self.figures["step_held_bytes"].append(held)
+
+
+def _step_sampler(torch, tidepool, device, allocator):
+    """A _StepSampler for the run's allocator; None for one PyTorch keeps no figures of (a pluggable
+    allocator). PyTorch counts cudaMalloc / cuMemMap and cudaFree / cuMemUnmap, tidepool every
+    driver call (as in the table's driver-calls column)."""
+    if tidepool is not None:
+        def read():
+            s = tidepool.stats(device)
+            return s.driver_calls, s.mapped_bytes
+        return _StepSampler(read)
+    if allocator == catalog.PLUGGABLE_ASYNC:
+        return None
+
+    def read():
+        stats = torch.cuda.memory_stats(device)
+        calls = stats.get("num_device_alloc", 0) + stats.get("num_device_free", 0)
+        return calls, stats.get("reserved_bytes.all.current", 0)
+    return _StepSampler(read)
+
+
 def _versions(spec):
     versions = {"python": sys.version.split()[0]}
     for name in ("torch",) + tuple(spec.modules):
@@ -284,7 +321,8 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
             tidepool.torch.persistent_optimizer_state(workload.optimizer)
             result["persistent_optimizer_state"] = True
         cpu_seconds = []
-        seconds = run_profiled(lambda: workloads.run_steps(workload, steps, cpu_seconds), profile_out)
+        sampler = _step_sampler(torch, tidepool, device, allocator)
+        seconds = run_profiled(lambda: workloads.run_steps(workload, steps, cpu_seconds, sampler), profile_out)
     finally:
         if monitor is not None:
             monitor.stop()
@@ -299,6 +337,8 @@ def measure(spec, allocator, steps, warmup, seed, nvml_interval_s, tidepool_opti
                        "nvml_source": monitor.source, "nvml_samples": monitor.samples})
         if monitor.error:
             result["nvml_error"] = monitor.error
+    if sampler is not None:
+        result.update(sampler.figures)
     if profile_out:
         result["profile"] = profile_out
     if tidepool is not None:

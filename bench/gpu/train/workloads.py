@@ -759,11 +759,12 @@ def build(spec, shapes, seed):
     raise ValueError(f"no workload {spec.name!r}")
 
 
-def run_steps(workload, steps, cpu_seconds=None):
+def run_steps(workload, steps, cpu_seconds=None, after_step=None):
     """Runs `steps` steps; returns each one's wall time in seconds, to a torch.cuda.synchronize().
     With a list `cpu_seconds`, appends each step's CPU time of the process (every thread, the
     synchronize's wait included): a step whose CPU time is near its wall time is bound by the host
-    (Python, launches, the allocator's own work), one far below it by the GPU."""
+    (Python, launches, the allocator's own work), one far below it by the GPU. `after_step(i)`, where
+    given, runs after step i's times are taken (outside them): the allocator's figures step by step."""
     seconds = []
     for i in range(steps):
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -772,4 +773,6 @@ def run_steps(workload, steps, cpu_seconds=None):
         seconds.append(time.perf_counter() - start)
         if cpu_seconds is not None:
             cpu_seconds.append(time.process_time() - cpu_start)
+        if after_step is not None:
+            after_step(i)
     return seconds
