@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test: installs what is needed, builds tidepool twice (Release, then with AddressSanitizer
 # and UndefinedBehaviorSanitizer), and runs the C++ suites (CTest) and the Python suite (pytest)
-# on each. GPU tests (label `gpu`) skip themselves where there is no GPU. Then the tests labelled
+# on each (the long figure-asserting replay tests in the Release suite only, below). GPU tests (label `gpu`) skip themselves where there is no GPU. Then the tests labelled
 # `cpu-threads` (threads, the process layer, the C API, the stress test) under ThreadSanitizer,
 # and the libFuzzer targets (clang) for FUZZ_SECONDS (default 30) each.
 # Each stage prints its time ("=== time NAME: N s").
@@ -32,12 +32,12 @@ run_suite() {  # $1: build folder; the rest: CMake arguments
 }
 
 run_suite "$root/build" -DCMAKE_BUILD_TYPE=Release
-# The sanitizer runtime must come first in a Python process that loads the library.
 # The replay tests that assert a recorded loop's figures over several passes or near the device's
-# capacity (ReplayNearCapacity, ReplayLaterPasses, ReplayAliases: 20 tests) run in the Release suite
-# only: unoptimized under ASan they took 456 of the suite's 713 s of test time (docs/RESULTS.md,
-# "The suite's time"), and the pool code they drive runs under the sanitizers in the unit, stress
-# and fault-sweep tests, the shorter replay tests and the fuzzers.
+# capacity (ReplayNearCapacity, ReplayLaterPasses, ReplayAliases) run in the Release suite only:
+# unoptimized under the sanitizers they took most of that suite's test time, and the pool code they
+# drive runs under the sanitizers in the unit, stress and fault-sweep tests, the shorter replay
+# tests and the fuzzers (docs/RESULTS.md, "The suite's time").
+# The sanitizer runtime must come first in a Python process that loads the library.
 CTEST_EXCLUDE='^Replay(NearCapacity|LaterPasses|Aliases)[.]' \
 PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libubsan.so)" \
 ASAN_OPTIONS=detect_leaks=0 \
