@@ -114,11 +114,18 @@ def steps_start(points):
     return next((i, b) for i, b in boundaries if b >= SETUP_SHARE * most)
 
 
+def _leaves_little(kept_bytes, setup_bytes):
+    """Whether steps leaving `kept_bytes` live repeat from a boundary with `setup_bytes` of setup:
+    what they leave is at most 1 - `SETUP_SHARE` of it (a kept loss, not an optimizer's state)."""
+    return kept_bytes <= (1 - SETUP_SHARE) * setup_bytes
+
+
 def _repetition(events, start):
     """What a repetition from `start` needs: the allocations live there that the steps free (made
-    again at each repetition's start, as the first run had them), and the blocks the steps leave
+    again at each repetition's start, as the first run had them), the blocks the steps leave
     live (pointer -> its allocation; freed before each repetition), but for a pointer live at
-    `start` too: the steps free it and make it again, so each repetition starts with it live."""
+    `start` too: the steps free it and make it again, so each repetition starts with it live; and
+    those blocks' bytes."""
     live_before = {}
     for event in events[:start]:
         if event[2] == "allocate":
@@ -137,7 +144,7 @@ def _repetition(events, start):
     remade = [live_before[p] for p in live_before if p in freed_by_steps and p not in left]
     for pointer in live_before:
         left.pop(pointer, None)
-    return remade, left
+    return remade, left, sum(int(a[4]) for a in left.values())
 
 
 def write_long_run(trace, repeats, out):
@@ -151,16 +158,15 @@ def write_long_run(trace, repeats, out):
     header, events = rows[0], rows[1:]
     points = _points(events)
     start, setup_bytes = steps_start(points)
-    remade, left = _repetition(events, start)
-    kept_bytes = sum(int(a[4]) for a in left.values())
-    if kept_bytes > (1 - SETUP_SHARE) * setup_bytes:
+    remade, left, kept_bytes = _repetition(events, start)
+    if not _leaves_little(kept_bytes, setup_bytes):
         near = _near_boundary(points)
         if near is not None and near[0] > start:
-            near_remade, near_left = _repetition(events, near[0])
-            near_kept = sum(int(a[4]) for a in near_left.values())
-            if near_kept <= (1 - SETUP_SHARE) * near[1]:
-                start, setup_bytes, remade, left, kept_bytes = near[0], near[1], near_remade, near_left, near_kept
-    if kept_bytes > (1 - SETUP_SHARE) * setup_bytes:
+            near_run = _repetition(events, near[0])
+            if _leaves_little(near_run[2], near[1]):
+                start, setup_bytes = near
+                remade, left, kept_bytes = near_run
+    if not _leaves_little(kept_bytes, setup_bytes):
         raise ValueError(f"the steps from event {start + 1} on leave {kept_bytes / (1 << 20):.1f} MiB live "
                          f"against the setup's {setup_bytes / (1 << 20):.1f} MiB: they make part of the setup "
                          "(an optimizer's state), and no later step boundary follows it")
