@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test: installs what is needed, builds tidepool twice (Release, then with AddressSanitizer
 # and UndefinedBehaviorSanitizer), and runs the C++ suites (CTest) and the Python suite (pytest)
-# on each (the long figure-asserting replay tests in the Release suite only, below). GPU tests (label `gpu`) skip themselves where there is no GPU. Then the tests labelled
+# on each (the long figure-asserting replay tests in the Release suite only, below). GPU tests
+# (label `gpu`) skip themselves where there is no GPU. Then the tests labelled
 # `cpu-threads` (threads, the process layer, the C API, the stress test) under ThreadSanitizer,
 # and the libFuzzer targets (clang) for FUZZ_SECONDS (default 30) each.
 # Each stage prints its time ("=== time NAME: N s").
@@ -58,8 +59,11 @@ timed "ctest build-tsan" bash -c "cd '$tsan' && TSAN_OPTIONS='halt_on_error=1 se
 # what it finds goes to build-fuzz/corpus/, never into the committed seeds).
 fuzz=$root/build-fuzz
 echo "=== build $fuzz (libFuzzer)"
+# Its layers are built without precompiled headers: the check that each of their files includes
+# what it uses, which the other builds' shared headers would hide (cmake/precompiled_headers.cmake).
 timed "build build-fuzz" bash -c "CC=clang CXX=clang++ cmake -S '$root' -B '$fuzz' -G Ninja -DTIDEPOOL_WERROR=ON \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEPOOL_FUZZ=ON -DTIDEPOOL_BUILD_TESTS=OFF -DTIDEPOOL_BUILD_BENCH=OFF >/dev/null &&
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTIDEPOOL_FUZZ=ON -DTIDEPOOL_BUILD_TESTS=OFF -DTIDEPOOL_BUILD_BENCH=OFF \
+  -DTIDEPOOL_PRECOMPILED_HEADERS=OFF >/dev/null &&
   cmake --build '$fuzz' -j $jobs --target fuzz_trace_reader fuzz_pool_calls"
 for target in trace_reader pool_calls; do
   mkdir -p "$fuzz/corpus/$target"
