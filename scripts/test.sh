@@ -37,7 +37,7 @@ run_suite "$root/build" -DCMAKE_BUILD_TYPE=Release
 # capacity (ReplayNearCapacity, ReplayLaterPasses, ReplayAliases) run in the Release suite only:
 # unoptimized under the sanitizers they took most of that suite's test time, and the pool code they
 # drive runs under the sanitizers in the unit, stress and fault-sweep tests, the shorter replay
-# tests and the fuzzers (docs/RESULTS.md, "The suite's time").
+# tests and the fuzzers (docs/RESULTS.md, "Each row's history", the suite's fiftieth session).
 # The sanitizer runtime must come first in a Python process that loads the library.
 CTEST_EXCLUDE='^Replay(NearCapacity|LaterPasses|Aliases)[.]' \
 PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libubsan.so)" \
