@@ -51,9 +51,11 @@ constexpr std::size_t streak_rest_of_peak_inverse = 64;
 // this fraction of what it holds.
 constexpr std::size_t room_of_held_inverse = 4;
 // The device fills (page_table::filling) once a growth would leave it less room than this many of
-// the largest requests the pool has served: the fewest that settled the loops measured
-// (docs/RESULTS.md, section 0, "The device filling").
-constexpr std::size_t filling_room_in_largest_requests = 4;
+// the largest requests the pool has served: the fewest that settled the loops measured, two
+// recordings of a diffusion U-Net among them (at four, the second made 64 MiB handles until the
+// device was two-fifths full, and their rests failed allocations: docs/RESULTS.md, section 0,
+// "The device filling", "A second recording of each loop").
+constexpr std::size_t filling_room_in_largest_requests = 6;
 // The pool holds a share of the device once a growth would leave it less room than this many times
 // what the pool would hold: from there a request's end granule gets a handle of its own (grow).
 constexpr std::size_t device_share_room_in_held = 16;
@@ -151,7 +153,7 @@ void pool_impl::watch_device_room(std::size_t size) {
   // The room only shrinks as the pool grows (other processes aside, which the out-of-memory path
   // still meets), so the driver is asked again only half way to where that room would end: a few
   // cuMemGetInfo calls in a program's life, none in a loop that has reached its peak.
-  // The device fills once the room left is less than four of the largest requests: a request
+  // The device fills once the room left is less than six of the largest requests: a request
   // larger than any before moves that point, so it asks again.
   const std::size_t need = round_up(size, pages_.granularity());
   const std::size_t held_after = pages_.held_bytes() + need;

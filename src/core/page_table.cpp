@@ -24,7 +24,7 @@
 // the device's limit"). Placement's rules stay those away from the limit until the out-of-memory
 // path runs: with them, the 64 MiB handles made before were split in every such loop's first
 // passes, for several times the driver calls.
-// While the device fills (a growth would leave the device less room than four of the largest
+// While the device fills (a growth would leave the device less room than six of the largest
 // requests the pool has served: growth.cpp), before any of that, growth's handles are 20 MiB, and
 // placement splits a larger handle made before under a block smaller than a quarter of it into
 // pieces of at most 20 MiB (largest_new_handle; placement.cpp): the blocks a loop keeps from its

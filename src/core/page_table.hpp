@@ -174,7 +174,7 @@ class page_table {
   void set_near_limit(bool near_limit) noexcept { near_limit_ = near_limit; }
   [[nodiscard]] bool near_limit() const noexcept { return near_limit_; }
   /// Whether the device is filling: a growth found that it would leave the device less room than
-  /// four of the largest requests the pool has served (growth.cpp), and nothing has ended it since
+  /// six of the largest requests the pool has served (growth.cpp), and nothing has ended it since
   /// (as at_limit()). There growth's handles are 20 MiB, and placement splits a larger handle under
   /// a block smaller than a quarter of it (placement.cpp).
   void set_filling(bool filling) noexcept { filling_ = filling; }

@@ -528,7 +528,7 @@ class pool_impl {
                                         std::size_t creatable) const;
   /// Marks the pool near the device's limit (page_table::near_limit) when a growth of `size` would
   /// leave the device less room than a quarter of what the pool would hold, the device filling
-  /// (page_table::filling) when less than four of the largest requests yet, and the pool holding a
+  /// (page_table::filling) when less than six of the largest requests yet, and the pool holding a
   /// share of the device (holds_device_share_) when less than sixteen times what it would hold
   /// (growth.cpp). Asks the driver only once held memory passes next_room_check_held_, or for a
   /// request larger than any before.
@@ -606,11 +606,11 @@ class pool_impl {
   std::size_t held_before_miss_ = 0;
   // Held memory past which growth next asks the driver how much room the device has left
   // (watch_device_room): half way to where the room it saw last would be a quarter of held, or
-  // (before the device fills) four of the largest requests, or (before the pool holds a share of
+  // (before the device fills) six of the largest requests, or (before the pool holds a share of
   // the device) sixteen times held, whichever comes first.
   std::size_t next_room_check_held_ = 0;
   // The largest request growth has served outside the limit (rounded to granules): the device
-  // fills once its room is less than four of them (watch_device_room).
+  // fills once its room is less than six of them (watch_device_room).
   std::size_t largest_request_ = 0;
   // The pool holds more than a seventeenth of what it could reach on the device (watch_device_room):
   // from here a request's end granule gets a handle of its own (end_granule_gets_own_handle).

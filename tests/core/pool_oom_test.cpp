@@ -353,19 +353,19 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   std::vector<void*> a;
-  for (int i = 0; i < 12; ++i) a.push_back(checker.allocate(64 * MiB));  // leaves 256 MiB, more than a quarter of 768
-  const std::vector<std::size_t> twelve(12, 64 * MiB);
-  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(twelve.begin(), twelve.end()));
+  for (int i = 0; i < 24; ++i) a.push_back(checker.allocate(32 * MiB));  // leaves 256 MiB, more than a quarter of 768
+  const std::vector<std::size_t> twenty_four(24, 32 * MiB);
+  EXPECT_EQ(handle_sizes(p), std::multiset<std::size_t>(twenty_four.begin(), twenty_four.end()));
   void* b = checker.allocate(64 * MiB);  // would leave 192 MiB, less than a quarter of 832
   std::multiset<std::size_t> sizes = handle_sizes(p);
-  EXPECT_EQ(sizes.count(64 * MiB), 12u) << "a's handles";
+  EXPECT_EQ(sizes.count(32 * MiB), 24u) << "a's handles";
   EXPECT_EQ(sizes.count(8 * MiB), 8u) << "b's 64 MiB (under 256) in 8 MiB handles";
-  EXPECT_EQ(sizes.size(), 20u);
+  EXPECT_EQ(sizes.size(), 32u);
   EXPECT_EQ(p.stats().out_of_memory_recoveries, 0u) << "nothing has met the limit";
   for (void* x : a) checker.free(x);
   sim->run_until_idle();
   const std::uint64_t calls = p.stats().driver.memory_calls();
-  void* c = checker.allocate(40 * MiB);  // cuts one of a's 64 MiB handles
+  void* c = checker.allocate(16 * MiB);  // cuts one of a's 32 MiB handles
   EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "near the limit, not at it: no split";
   checker.check();
   checker.free(b);
@@ -382,7 +382,7 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
   checker.free(e);
 }
 
-// While the device fills (a growth would leave it less room than four of the largest requests
+// While the device fills (a growth would leave it less room than six of the largest requests
 // yet), before its limit or its last quarter, growth makes 20 MiB handles: a block a loop keeps
 // from its first step pins at most that much of a handle its activations left (docs/RESULTS.md,
 // section 0, "The device filling").
@@ -392,10 +392,10 @@ TEST(PoolOutOfMemory, WhileTheDeviceFillsGrowthMakes20MiBHandles) {
   pool_checker checker(*sim, p);
   void* a = checker.allocate(128 * MiB);  // leaves room for seven of it
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{64 * MiB, 64 * MiB}));
-  void* b = checker.allocate(320 * MiB);  // would leave 576 MiB, less than four of it
+  void* b = checker.allocate(160 * MiB);  // would leave 736 MiB, less than six of it
   const std::multiset<std::size_t> sizes = handle_sizes(p);
-  EXPECT_EQ(sizes.count(20 * MiB), 16u) << "b in 20 MiB handles";
-  EXPECT_EQ(sizes.size(), 18u);
+  EXPECT_EQ(sizes.count(20 * MiB), 8u) << "b in 20 MiB handles";
+  EXPECT_EQ(sizes.size(), 10u);
   EXPECT_EQ(p.stats().out_of_memory_recoveries, 0u) << "nothing has met the limit";
   checker.check();
   checker.free(a);
@@ -410,7 +410,7 @@ TEST(PoolOutOfMemory, WhileTheDeviceFillsASmallBlockSplitsAHandleMadeBefore) {
   auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
-  void* x = checker.allocate(64 * MiB);  // leave room for four of them: 64 MiB handles
+  void* x = checker.allocate(64 * MiB);  // x and z leave room for more than six of them: 64 MiB handles
   void* z = checker.allocate(64 * MiB);
   void* y = checker.allocate(256 * MiB);  // the device fills
   ASSERT_EQ(handle_sizes(p).count(64 * MiB), 2u);
