@@ -51,8 +51,8 @@ constexpr std::size_t streak_rest_of_peak_inverse = 64;
 // this fraction of what it holds.
 constexpr std::size_t room_of_held_inverse = 4;
 // The device fills (page_table::filling) once a growth would leave it less room than this many of
-// the largest requests the pool has served: the fewest that settled the loops measured, two
-// recordings of a diffusion U-Net among them (at four, the second made 64 MiB handles until the
+// the largest requests the pool has served: the fewest of those measured that settled the loops,
+// two recordings of a diffusion U-Net among them (at four, the second made 64 MiB handles until the
 // device was two-fifths full, and their rests failed allocations: docs/RESULTS.md, section 0,
 // "The device filling", "A second recording of each loop").
 constexpr std::size_t filling_room_in_largest_requests = 6;
