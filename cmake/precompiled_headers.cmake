@@ -1,11 +1,10 @@
 # Precompiled headers: the third-party and standard headers that most files of a target include,
 # parsed once per build instead of once in every file.
 #
-# Parsing gtest.h alone costs a test file about 2.5 s of CPU (a one-test file compiles in 3.2 s, in
-# 0.8 s with the header precompiled), and every file of the command line parses CLI11, which ships
-# no compiled form in the version Debian packages. The suite builds each of these twice (Release,
-# and with AddressSanitizer), so this is where its build time goes (docs/RESULTS.md, "Each row's
-# history", the suite's fifty-first session).
+# Every test file parses gtest.h, most of a small test's compile time, and every file of the command
+# line parses CLI11, which ships no compiled form in the version Debian packages. The suite builds
+# each of these twice (Release, and with AddressSanitizer), so this is where its build time goes
+# (the figures: docs/RESULTS.md, "Each row's history", the suite's fifty-first session).
 #
 # Three headers, each built once per build tree: one that every test reuses (it belongs to the
 # small target tidepool_test_pch, since a header reused across targets must have one owner), one

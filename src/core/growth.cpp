@@ -52,9 +52,9 @@ constexpr std::size_t streak_rest_of_peak_inverse = 64;
 constexpr std::size_t room_of_held_inverse = 4;
 // The device fills (page_table::filling) once a growth would leave it less room than this many of
 // the largest requests the pool has served: the fewest of those measured that settled the loops,
-// two recordings of a diffusion U-Net among them (at four, the second made 64 MiB handles until the
-// device was two-fifths full, and their rests failed allocations: docs/RESULTS.md, section 0,
-// "The device filling", "A second recording of each loop").
+// two recordings of a diffusion U-Net among them (at four, the second placed its first step's blocks
+// in 64 MiB handles made before the device filled, and their rests failed allocations:
+// docs/RESULTS.md, section 0, "The device filling", "A second recording of each loop").
 constexpr std::size_t filling_room_in_largest_requests = 6;
 // The pool holds a share of the device once a growth would leave it less room than this many times
 // what the pool would hold: from there a request's end granule gets a handle of its own (grow).

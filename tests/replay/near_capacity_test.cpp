@@ -127,11 +127,11 @@ TEST(ReplayNearCapacity, ADiffusionUNetLoopFailsNothingOnAGpuATwentiethLargerTha
 }
 
 // The same program recorded again with another seed (traces/sd_unet_buckets_seed7.csv.xz: other
-// buckets in another order). Its 1.6 GiB requests came before the pool held two-fifths of the
-// device, where the device did not fill yet by four of them: 64 MiB handles made there stranded the
-// 44 MiB a 1.68 GiB request lacked, among 551 MiB free, and 30 allocations failed where expandable
-// segments fail none; filling from six of them, nothing fails (docs/RESULTS.md, section 0, "A
-// second recording of each loop").
+// buckets in another order). Its first step placed blocks before the device filled at four of its
+// largest requests: the free rests of the 64 MiB handles made there held what a later large request
+// lacked and could not go back, and allocations failed where expandable segments fail none. The
+// device filling from six of them, nothing fails (docs/RESULTS.md, section 0, "A second recording of
+// each loop").
 TEST(ReplayNearCapacity, ASecondRecordingOfTheUNetLoopFailsNothingOnAGpuATwentiethLargerThanItsPeak) {
   TIDEPOOL_SKIP_UNLESS_READABLE("sd_unet_buckets_seed7.csv.xz");
   expect_no_failure_on_a_tight_device("sd_unet_buckets_seed7.csv.xz", 1.05);
