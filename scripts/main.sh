@@ -11,7 +11,9 @@
 # data-parallel with a communication stream, fully sharded data-parallel on three streams, two
 # loops side by side on two streams, GNN, U-Net, a regridding science code, a transformer with a
 # larger-batch evaluation every tenth step, a transformer on a curriculum, a pipeline-parallel
-# stage on the 1F1B schedule) with seeds 1-10, each
+# stage on the 1F1B schedule, a Newton-Krylov science code, an encoder served with dynamic batching,
+# training with its activations offloaded to the host, a server of many LoRA adapters) with seeds
+# 1-10, each
 # replayed three times beside expandable segments, one line each and the goals over all
 # of them; then the bundled and the generated traces again with the GPU 50 ms behind the program, as
 # a GPU-bound loop runs (a freed block is reusable on other streams only once its stream's work is

@@ -57,6 +57,21 @@ section 0, "Workloads it was not tuned on"):
           from its forward to its backward, so up to that many working sets overlap, freed oldest
           first; gradients made by the first micro-batch, AdamW's step at the end. Width, depth,
           stage count, stage and micro-batches drawn from the seed.
+  krylov  a Newton-Krylov science code: each Newton step assembles a sparse matrix (CSR) on a mesh
+          whose size drifts with refinement, builds an algebraic multigrid hierarchy under it (each
+          level a few times smaller), and solves with restarted GMRES: one basis vector per
+          iteration, all freed at each restart, with small dot-product results between.
+  infer   an encoder served with dynamic batching, no grad: each batch a new sequence length and a
+          batch fitted loosely to a token budget, each layer's work freed as the next layer runs;
+          a batch's outputs live until its response is sent, one to four batches later.
+  offload a transformer trained with its saved activations offloaded to the host: each layer's
+          saved tensors are freed once the next layer has run (copied out), and brought back in
+          the backward pass one layer ahead (allocated again, last layer first); the sequence
+          length new every step.
+  adapters  a server of many LoRA adapters over one base model: adapters (rank 8-64 on every
+          layer) loaded on demand into a cache of 4-16 and evicted oldest first; each round's
+          batch a prefill of a new size whose per-layer work is freed at once, its KV cache
+          living until the request ends, 1-40 rounds later.
 
     python3 bench/synthetic/make_traces.py OUT_DIR [SEED]
 
@@ -658,9 +673,146 @@ def pipeline(seed, steps=30):
     return trace
 
 
+def krylov(seed, solves=60):
+    r = random.Random(seed)
+    trace = Trace()
+    n = int(2 ** r.uniform(20, 23))
+    solution = trace.alloc(n * 8)
+    for _ in range(solves):
+        if r.random() < 0.2:  # the mesh refined or coarsened: the solution moved to the new mesh
+            n = min(1 << 25, max(1 << 18, int(n * r.uniform(0.8, 1.4))))
+            moved = trace.alloc(n * 8)
+            trace.free(solution)
+            solution = moved
+        nonzeros = n * r.randint(7, 27)
+        matrix = [trace.alloc(nonzeros * 8), trace.alloc(nonzeros * 4), trace.alloc((n + 1) * 4)]
+        hierarchy = []
+        rows = n
+        while rows > 4096:  # each coarser level's matrix and two vectors
+            rows //= r.randint(3, 5)
+            hierarchy += [trace.alloc(rows * r.randint(7, 27) * 12), trace.alloc(rows * 8), trace.alloc(rows * 8)]
+        rhs = trace.alloc(n * 8)
+        restart = r.choice([20, 30, 50])
+        for _ in range(r.randint(1, 4)):
+            basis = []
+            for k in range(restart):
+                basis.append(trace.alloc(n * 8))
+                work = trace.alloc(n * 8)  # the preconditioned vector
+                trace.free(trace.alloc(r.choice([512, 4096]) * (k + 1)))  # dot products against the basis
+                trace.free(work)
+            for pointer in basis:
+                trace.free(pointer)
+        trace.free(rhs)
+        for pointer in hierarchy + matrix:
+            trace.free(pointer)
+    return trace
+
+
+def infer(seed, batches=1500):
+    r = random.Random(seed)
+    d = r.choice([768, 1024])
+    layers = r.choice([12, 24])
+    heads = d // 64
+    trace = Trace()
+    for _ in range(layers):  # bf16 weights
+        for n in layer_weights(d):
+            trace.alloc(n * 2)
+    waiting = []  # [batches left before the response is sent, its outputs]
+    for _ in range(batches):
+        length = r.choice([32, 64, 128, 256, 384, 512])
+        batch = max(1, int(r.uniform(0.3, 1.0) * 16384 // length))
+        tokens = batch * length
+        x = trace.alloc(tokens * d * 2)
+        for _ in range(layers):
+            qkv = trace.alloc(tokens * 3 * d * 2)
+            scores = trace.alloc(batch * heads * length * length * 2)
+            attention = trace.alloc(tokens * d * 2)
+            trace.free(scores)
+            trace.free(qkv)
+            mlp = trace.alloc(tokens * 4 * d * 2)
+            out = trace.alloc(tokens * d * 2)
+            trace.free(mlp)
+            trace.free(attention)
+            trace.free(x)
+            x = out
+        waiting.append([r.randint(1, 4), [x, trace.alloc(batch * d * 4)]])  # per-token and pooled outputs
+        for entry in waiting:
+            entry[0] -= 1
+            if entry[0] == 0:
+                for pointer in entry[1]:
+                    trace.free(pointer)
+        waiting = [entry for entry in waiting if entry[0] > 0]
+    return trace
+
+
+def offload(seed, steps=40):
+    r = random.Random(seed)
+    m = transformer(r)
+    d, vocab = m["d"], m["vocab"]
+    trace = Trace()
+    weights = transformer_weights(trace, m)
+    optimizer_state = []
+    for _ in range(steps):
+        length = r.randrange(256, 4096 + 1, 64)
+        tokens = max(1, m["budget"] // length) * length
+        saved_sizes = []
+        previous = []
+        for _ in range(m["layers"]):
+            saved = layer_forward(trace, m, tokens, length)
+            saved_sizes.append([trace.live[pointer] for pointer in saved])
+            for pointer in previous:  # the layer before's saved tensors, copied out by now
+                trace.free(pointer)
+            previous = saved
+        logits = trace.alloc(tokens * vocab * 4)
+        grad_logits = trace.alloc(tokens * vocab * 4)
+        trace.free(logits)
+        for pointer in previous:
+            trace.free(pointer)
+        grad_x = trace.alloc(tokens * d * 2)
+        trace.free(grad_logits)
+        gradients = [trace.alloc(vocab * d * 4)]
+        ahead = [trace.alloc(size) for size in saved_sizes[-1]]  # the last layer's tensors brought back
+        for layer in reversed(range(m["layers"])):
+            current = ahead
+            ahead = [trace.alloc(size) for size in saved_sizes[layer - 1]] if layer > 0 else []
+            grad_x = layer_backward(trace, m, tokens, current, grad_x, gradients)
+        trace.free(grad_x)
+        optimizer_state = optimizer_step(trace, weights, optimizer_state, gradients)
+    return trace
+
+
+def adapters(seed, rounds=3000, d=4096, layers=32):
+    r = random.Random(seed)
+    trace = Trace()
+    for _ in range(layers):  # the base model's bf16 weights
+        for n in layer_weights(d):
+            trace.alloc(n * 2)
+    loaded = []  # oldest first
+    cache = r.randint(4, 16)
+    running = []  # (the round it ends in, its KV cache)
+    for round_ in range(rounds):
+        if r.random() < 0.1:  # an adapter not loaded is asked for
+            rank = r.choice([8, 16, 32, 64])
+            loaded.append([trace.alloc(rank * d * 2 * 2) for _ in range(layers * 4)])  # A and B per weight
+            if len(loaded) > cache:
+                for pointer in loaded.pop(0):
+                    trace.free(pointer)
+        batch, length = r.randint(1, 64), r.randint(16, 2048)
+        x = trace.alloc(batch * length * d * 2)
+        for _ in range(layers):
+            trace.free(trace.alloc(batch * length * 4 * d * 2))
+        running.append((round_ + r.randint(1, 40), trace.alloc(batch * length * d * 2 * 2 * 4)))
+        trace.free(x)
+        for entry in [entry for entry in running if entry[0] <= round_]:
+            trace.free(entry[1])
+            running.remove(entry)
+    return trace
+
+
 FAMILIES = (("moe", moe), ("server", server), ("mixed", mixed), ("ckpt", ckpt), ("rl", rl), ("ddp", ddp),
             ("fsdp", fsdp), ("pair", pair), ("gnn", gnn), ("unet", unet), ("amr", amr), ("eval", evaluate),
-            ("curriculum", curriculum), ("pipe", pipeline))
+            ("curriculum", curriculum), ("pipe", pipeline), ("krylov", krylov), ("infer", infer),
+            ("offload", offload), ("adapters", adapters))
 
 
 def main(argv):

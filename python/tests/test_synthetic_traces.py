@@ -13,7 +13,7 @@ import pytest
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO_ROOT, "bench", "synthetic", "make_traces.py")
 NAMES = ("moe", "server", "mixed", "ckpt", "rl", "ddp", "fsdp", "pair", "gnn", "unet", "amr", "eval", "curriculum",
-         "pipe")
+         "pipe", "krylov", "infer", "offload", "adapters")
 
 
 def _write(out, seed):
