@@ -258,10 +258,14 @@ def layer_weights(d):
     return [d * 3 * d, d * d, d * 4 * d, 4 * d * d]
 
 
+def stack_weights(trace, d, layers, element_bytes):
+    """Each of `layers` layers' weights (layer_weights(d)), `element_bytes` an element, made in order."""
+    return [trace.alloc(n * element_bytes) for _ in range(layers) for n in layer_weights(d)]
+
+
 def transformer_weights(trace, m):
     """The tied embedding and each layer's weights (fp32)."""
-    return [trace.alloc(m["vocab"] * m["d"] * 4)] + [trace.alloc(n * 4) for _ in range(m["layers"])
-                                                     for n in layer_weights(m["d"])]
+    return [trace.alloc(m["vocab"] * m["d"] * 4)] + stack_weights(trace, m["d"], m["layers"], 4)
 
 
 def layer_forward(trace, m, tokens, length):
@@ -621,7 +625,7 @@ def pipeline(seed, steps=30):
     micro = r.choice([4, 8, 16])
     last = stage == stages - 1
     trace = Trace()
-    weights = [trace.alloc(n * 4) for _ in range(layers) for n in layer_weights(d)]
+    weights = stack_weights(trace, d, layers, 4)
     if last:
         weights.append(trace.alloc(vocab * d * 4))  # the output head
     optimizer_state = []
@@ -714,9 +718,7 @@ def infer(seed, batches=1500):
     layers = r.choice([12, 24])
     heads = d // 64
     trace = Trace()
-    for _ in range(layers):  # bf16 weights
-        for n in layer_weights(d):
-            trace.alloc(n * 2)
+    stack_weights(trace, d, layers, 2)  # bf16
     waiting = []  # [batches left before the response is sent, its outputs]
     for _ in range(batches):
         length = r.choice([32, 64, 128, 256, 384, 512])
@@ -784,9 +786,7 @@ def offload(seed, steps=40):
 def adapters(seed, rounds=3000, d=4096, layers=32):
     r = random.Random(seed)
     trace = Trace()
-    for _ in range(layers):  # the base model's bf16 weights
-        for n in layer_weights(d):
-            trace.alloc(n * 2)
+    stack_weights(trace, d, layers, 2)  # the base model, bf16
     loaded = []  # oldest first
     cache = r.randint(4, 16)
     running = []  # (the round it ends in, its KV cache)
