@@ -229,7 +229,8 @@ TIDEPOOL_API tidepool_status tidepool_reset_peak_stats(int device);
 /** Changes the most `device`'s pool maps, as torch.cuda.set_per_process_memory_fraction does for
  *  PyTorch's allocator (tidepool::set_device_byte_cap): UINT64_MAX lifts the cap. Memory mapped
  *  beyond a lowered cap stays until freed and released; an allocation that would grow past it
- *  releases free cached memory first, then fails as out of memory. Before the device's pool exists
+ *  releases free cached memory first, then fails as out of memory. Handles made under a cap are a
+ *  256th of it at most (tidepool::pool_options::byte_cap). Before the device's pool exists
  *  the pool is made with this cap. Tags' pools keep their own. 2^63 bytes or more, but
  *  UINT64_MAX, is refused (TIDEPOOL_INVALID_ARGUMENT). */
 TIDEPOOL_API tidepool_status tidepool_set_byte_cap(int device, uint64_t bytes);

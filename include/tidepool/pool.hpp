@@ -65,7 +65,9 @@ enum class thread_cache_policy : std::uint8_t {
 };
 
 struct pool_options {
-  /// Never map more than this many bytes (physical memory held by the pool).
+  /// Never map more than this many bytes (physical memory held by the pool). Like a smaller
+  /// device, a cap bounds the physical handles the pool makes to a 256th of it (a granule at
+  /// least), so that what live blocks pin of a handle stays a small share of what the pool may hold.
   std::size_t byte_cap = static_cast<std::size_t>(-1);
   /// Leave at least this many bytes free on the device (checked against the driver's free).
   std::size_t headroom = 0;
@@ -363,7 +365,8 @@ class TIDEPOOL_API pool {
   void reset_peak_stats();
   /// Changes the most this pool maps (pool_options::byte_cap) while it runs, as
   /// torch.cuda.set_per_process_memory_fraction does for PyTorch's allocator: SIZE_MAX lifts the
-  /// cap, 0 lets the pool grow no more (a fraction of 0). Memory mapped beyond a lowered cap stays
+  /// cap, 0 lets the pool grow no more (a fraction of 0). Handles made from then on are a 256th of
+  /// the new cap at most, as for pool_options::byte_cap. Memory mapped beyond a lowered cap stays
   /// until it is freed and released; an allocation that would grow past it first releases free
   /// cached memory, then fails as out of memory.
   void set_byte_cap(std::size_t bytes);

@@ -34,6 +34,13 @@
 // filling"). It is measured against the largest requests rather than what the pool holds: a pool
 // that holds most of a device but whose requests are small beside the room left is far from
 // failing any of them, and would pay the smaller handles' calls for nothing.
+// Every cap above is bounded by a 256th of what the pool could hold on its device (its capacity, or
+// a byte cap below it; a granule at least): what live blocks pin of a handle's rest is bounded by
+// the handle, and on a device of a few GiB (a small GPU, or a program capped to a share of a large
+// one) 64 MiB handles made before the device filled stranded enough to fail allocations where
+// expandable segments' 20 MiB pages (a 256th of 5 GiB) failed none. On a device of 16 GiB or more
+// the bound is above every cap and nothing changes (docs/RESULTS.md, section 0, "Handles a 256th of
+// the device").
 // Regions that map idle handles a second time (aliases) use 64 MiB too: an alias
 // spans whole handles, and smaller ones made later passes map aliases again. Small arenas use the
 // granularity: small blocks share pages, and a page goes back only when none of them is live. How
@@ -55,6 +62,8 @@ constexpr std::size_t max_large_handle_granules = 32;    // 64 MiB at the usual 
 constexpr std::size_t max_handle_granules_at_limit = 4;  // 8 MiB
 constexpr std::size_t max_handle_granules_while_filling = 10;  // 20 MiB
 constexpr std::size_t max_aliased_handle_granules = 32;  // 64 MiB
+// No growth handle (aliases aside) is larger than this fraction of what the pool could hold.
+constexpr std::size_t device_bytes_per_largest_handle = 256;
 // Near the limit, the last this many granules of a growth (256 MiB) get the limit's handles.
 constexpr std::size_t near_limit_small_handle_tail_granules = 128;
 // One sequence for every pool's exports in this process: an export id is never reused here.
@@ -279,19 +288,26 @@ driver_status page_table::add_peer(int peer) {
 std::size_t page_table::handle_size_for(std::size_t bytes, bool large_handles, bool aliasing) const noexcept {
   if (!large_handles) return granularity_;
   if (near_limit_ && !aliasing && bytes < near_limit_small_handle_tail_granules * granularity_) {
-    return std::min(bytes, max_handle_granules_at_limit * granularity_);
+    return std::min({bytes, max_handle_granules_at_limit * granularity_, largest_handle_of_device_});
   }
   return std::min(bytes, largest_new_handle(aliasing));
 }
 
 std::size_t page_table::largest_new_handle(bool aliasing) const noexcept {
-  if (filling_ && !at_limit_ && !aliasing) return max_handle_granules_while_filling * granularity_;
+  if (filling_ && !at_limit_ && !aliasing) {
+    return std::min(max_handle_granules_while_filling * granularity_, largest_growth_handle(aliasing));
+  }
   return largest_growth_handle(aliasing);
+}
+
+void page_table::set_device_bytes(std::size_t bytes) noexcept {
+  largest_handle_of_device_ = std::max(granularity_, round_down(bytes / device_bytes_per_largest_handle, granularity_));
 }
 
 std::size_t page_table::largest_growth_handle(bool aliasing) const noexcept {
   if (aliasing) return max_aliased_handle_granules * granularity_;
-  return (at_limit_ ? max_handle_granules_at_limit : max_large_handle_granules) * granularity_;
+  return std::min((at_limit_ ? max_handle_granules_at_limit : max_large_handle_granules) * granularity_,
+                  largest_handle_of_device_);
 }
 
 // --- sleep and wake (pool::sleep, sleep_wake.cpp) ---

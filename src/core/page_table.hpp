@@ -162,6 +162,10 @@ class page_table {
   /// filling (largest_new_handle() is 20 MiB there); what placement's keep-whole rules compare
   /// with. Only wake() makes larger ones (join_slept).
   [[nodiscard]] std::size_t largest_growth_handle(bool aliasing) const noexcept;
+  /// The most the pool could hold on its device (the device's capacity, or a byte cap below it):
+  /// no handle growth makes outside aliases is larger than a 256th of it (see the policy in
+  /// page_table.cpp).
+  void set_device_bytes(std::size_t bytes) noexcept;
   /// Whether the pool is at the device's limit: its out-of-memory path has run, and since then
   /// neither release() nor a growth that found the device with room again (growth.cpp) ended it.
   /// There growth and placement's splits make smaller handles (see the policy in page_table.cpp).
@@ -257,6 +261,7 @@ class page_table {
   bool at_limit_ = false;
   bool near_limit_ = false;
   bool filling_ = false;
+  std::size_t largest_handle_of_device_ = static_cast<std::size_t>(-1);  // set_device_bytes
   std::size_t aliased_ = 0;
   std::size_t held_ = 0;
   std::size_t peak_held_ = 0;

@@ -2,6 +2,7 @@
 // and figures, and the errors for bad input (each names the value and leaves the pool as it was).
 #include "core/pool_impl.hpp"
 
+#include <cstdlib>
 #include <fmt/format.h>
 
 #include <limits>
@@ -73,6 +74,7 @@ pool_impl::pool_impl(std::shared_ptr<driver> drv, int device, pool_options optio
   const std::size_t granularity = pages_.granularity();
   virtual_memory_ = d.supports_virtual_memory(device);
   device_total_ = calls_.memory_info().total;
+  pages_.set_device_bytes(std::min(device_total_, byte_cap_));
   for (unsigned k = 0; k < arenas_.size(); ++k) {
     arena_settings settings;
     settings.kind = static_cast<arena_kind>(k);
@@ -317,6 +319,7 @@ void pool_impl::reset_peak_stats() {
 void pool_impl::set_byte_cap(std::size_t bytes) {
   std::lock_guard guard(lock_);
   byte_cap_ = bytes;
+  pages_.set_device_bytes(std::min(device_total_, byte_cap_));
   next_room_check_held_ = 0;  // the room is the new cap's: the next growth looks again (growth.cpp)
 }
 

@@ -65,7 +65,9 @@ class CApiIpc : public process_test {
  protected:
   sim_driver& host_backed() {
     sim_config config;
-    config.capacity = 512 * MiB;
+    // 16 GiB (host memory backs only what is mapped): growth's handles as on a real GPU, up to 64
+    // MiB, so the exports below lie on the few handles they expect.
+    config.capacity = 16384 * MiB;
     config.back_with_host_memory = true;
     config.uuid_key = "capi-ipc-test";
     return use_sim(std::move(config));

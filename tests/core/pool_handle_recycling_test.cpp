@@ -41,16 +41,14 @@ void* allocate_counting(pool& p, pool_checker& checker, std::size_t size, alloca
   return ptr;
 }
 
-// At the limit (a 96 MiB byte cap met once), a 56 MiB free block in seven of the limit's 8 MiB
+// At the limit (a device with 96 MiB of room, met once), a 56 MiB free block in seven of the limit's 8 MiB
 // handles lies between two live blocks, and a 58 MiB request fits nowhere: the out-of-memory path
 // hands the seven back and growth maps 58 MiB in a new room above, seven 8 MiB handles and one of
 // 2 MiB.
 class PoolHandleRecyclingAtTheLimit : public ::testing::Test {
  protected:
   void SetUp() override {
-    pool_options options;
-    options.byte_cap = 96 * MiB;
-    p.emplace(sim, 0, options);
+    p.emplace(sim, 0);
     checker.emplace(*sim, *p);
     void* a = checker->allocate(48 * MiB);
     b = checker->allocate(24 * MiB);
@@ -72,7 +70,7 @@ class PoolHandleRecyclingAtTheLimit : public ::testing::Test {
     EXPECT_EQ(sim->physical_bytes(0), 0u);
   }
 
-  std::shared_ptr<sim_driver> sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  std::shared_ptr<sim_driver> sim = std::make_shared<sim_driver>(device_with_room(96 * MiB));
   std::optional<pool> p;
   std::optional<pool_checker> checker;
   void* b = nullptr;
@@ -148,10 +146,11 @@ TEST_F(PoolHandleRecyclingAtTheLimit, ExportedHandlesAreReleasedNotRecycled) {
 }
 
 // Handles of no size the growth makes go back to the driver before it creates any: here a's 48 MiB
-// handle, handed back for c's 60 MiB growth in 8 MiB handles under a 96 MiB byte cap. Kept until
-// the growth ends, the driver would hold 24 + 48 + 56 MiB at its last create.
+// handle, handed back for c's 60 MiB growth under a 96 MiB byte cap (in granule handles: a 256th
+// of the cap is less than a granule). Kept until the growth ends, the driver would hold 24 + 48 +
+// 58 MiB at its last create.
 TEST(PoolHandleRecycling, HandlesOfNoSizeTheGrowthMakesGoBackBeforeItCreates) {
-  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));
   constexpr std::size_t cap = 96 * MiB;
   std::size_t most_held_at_a_create = 0;
   auto counting = std::make_shared<call_hook_driver>(sim, [&](driver_call call, std::size_t bytes) {
@@ -168,7 +167,7 @@ TEST(PoolHandleRecycling, HandlesOfNoSizeTheGrowthMakesGoBackBeforeItCreates) {
   allocation_calls calls;
   void* c = allocate_counting(p, checker, 60 * MiB, calls);
   EXPECT_EQ(calls.release, 1u) << "a's handle";
-  EXPECT_EQ(calls.create, 8u) << "seven of 8 MiB and one of 4 MiB";
+  EXPECT_EQ(calls.create, 30u) << "thirty granules";
   EXPECT_LE(most_held_at_a_create, cap) << "the driver held more than the byte cap";
   EXPECT_EQ(p.stats().mapped_bytes, 84 * MiB);
   EXPECT_EQ(sim->physical_bytes(0), 84 * MiB);

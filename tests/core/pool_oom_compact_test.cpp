@@ -48,7 +48,7 @@ released_layout pin_and_release(pool& p, pool_checker& checker, sim_driver& sim,
 }
 
 TEST(PoolOutOfMemoryCompaction, ARequestOnlyCompactionCanServeIsServedWithEveryByteInPlace) {
-  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  auto sim = std::make_shared<sim_driver>(device_with_room(device_bytes));
   pool p(sim, 0, compacting_on_out_of_memory());
   pool_checker checker(*sim, p);
   const released_layout l = pin_and_release(p, checker, *sim, 7);
@@ -81,7 +81,7 @@ TEST(PoolOutOfMemoryCompaction, ARequestOnlyCompactionCanServeIsServedWithEveryB
 // back): a remade handle's new handles need room beside the old one, so the whole free handles go
 // back first. Before, compaction found no room, moved nothing, and the request failed.
 TEST(PoolOutOfMemoryCompaction, WithTheDeviceFullTheWholeFreeHandlesMakeRoomForTheRemade) {
-  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  auto sim = std::make_shared<sim_driver>(device_with_room(device_bytes));
   pool p(sim, 0, compacting_on_out_of_memory());
   pool_checker checker(*sim, p);
   const released_layout l = pin_and_release(p, checker, *sim, 7);
@@ -107,7 +107,7 @@ TEST(PoolOutOfMemoryCompaction, WithTheDeviceFullTheWholeFreeHandlesMakeRoomForT
 }
 
 TEST(PoolOutOfMemoryCompaction, ARequestEvenCompactionCannotServeFailsWithNothingMoved) {
-  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  auto sim = std::make_shared<sim_driver>(device_with_room(device_bytes));
   pool p(sim, 0, compacting_on_out_of_memory());
   pool_checker checker(*sim, p);
   const released_layout l = pin_and_release(p, checker, *sim, 11);
@@ -128,7 +128,7 @@ TEST(PoolOutOfMemoryCompaction, ARequestEvenCompactionCannotServeFailsWithNothin
 }
 
 TEST(PoolOutOfMemoryCompaction, OffByDefaultTheSameRequestFailsWithNothingMoved) {
-  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  auto sim = std::make_shared<sim_driver>(device_with_room(device_bytes));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   const released_layout l = pin_and_release(p, checker, *sim, 7);
@@ -147,7 +147,7 @@ TEST(PoolOutOfMemoryCompaction, OffByDefaultTheSameRequestFailsWithNothingMoved)
 }
 
 TEST(PoolOutOfMemoryCompaction, AnotherThreadsAllocationWaitsForACompactionAndIsServedAfterIt) {
-  auto sim = std::make_shared<sim_driver>(small_device(device_bytes));
+  auto sim = std::make_shared<sim_driver>(device_with_room(device_bytes));
   pool* target = nullptr;
   std::atomic<bool> armed = false;
   std::atomic<bool> allocated = false;

@@ -4,6 +4,7 @@
 // report, and the pool is left as it was.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -244,16 +245,16 @@ TEST(PoolOutOfMemory, AtTheLimitOnlyWhatExtendingTheLargestFreeBlockLacksGoesBac
 // At the device's limit growth makes handles of at most 8 MiB, so that a block outliving its
 // neighbours pins at most that much free memory the out-of-memory path cannot hand back; release()
 // ends it, and growth makes larger handles again: 20 MiB while the device's room is less than
-// four of the largest requests, up to 64 MiB beyond (docs/RESULTS.md, section 0, "Handles at
+// six of the largest requests, up to 64 MiB beyond (docs/RESULTS.md, section 0, "Handles at
 // the device's limit", "The device filling").
 TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
-  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* a = checker.allocate(96 * MiB);
-  void* b = checker.allocate(96 * MiB);  // leaves the device room for four of it: growth's usual handles
+  void* b = checker.allocate(96 * MiB);  // leaves the device room for more than six of it: growth's usual handles
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{32 * MiB, 32 * MiB, 64 * MiB, 64 * MiB}));
-  p.set_byte_cap(256 * MiB);  // 64 MiB left
+  set_room(*sim, 256 * MiB);  // 64 MiB left
   checker.free(a);
   // 120 MiB fits no free block and the device has 64 MiB left: the out-of-memory path hands back
   // what the growth above b lacks, and that growth is made at the limit.
@@ -269,13 +270,13 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   sim->run_until_idle();
   (void)p.release();
   EXPECT_TRUE(handle_sizes(p).empty());
-  void* d = checker.allocate(48 * MiB);  // the cap leaves less room than four of a: the device fills
+  void* d = checker.allocate(48 * MiB);  // the room left is less than four of a: the device fills
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{8 * MiB, 20 * MiB, 20 * MiB}))
       << "release() ended the limit: 20 MiB handles, not the limit's 8";
   checker.free(d);
   sim->run_until_idle();
   (void)p.release();
-  p.set_byte_cap(1024 * MiB);
+  set_room(*sim, 1024 * MiB);
   d = checker.allocate(48 * MiB);
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{48 * MiB})) << "and with the device's room, growth's usual handles";
   checker.check();
@@ -288,7 +289,7 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
 // MiB handle too; at the limit, before this rule, it split it: 4 MiB is more than a quarter of
 // growth's 8 MiB handles there.)
 TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
-  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(256 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   // Three growths, three handles side by side, made with the device's room (not near its limit).
@@ -296,8 +297,8 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
   for (std::size_t bytes : {24 * MiB, 24 * MiB, 16 * MiB}) xs.push_back(checker.allocate(bytes));
   const std::multiset<std::size_t> grown{16 * MiB, 24 * MiB, 24 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
-  p.set_byte_cap(64 * MiB);
-  EXPECT_THROW((void)p.allocate(8 * MiB), out_of_memory);  // the cap is met: the pool is at its limit
+  set_room(*sim, 64 * MiB);
+  EXPECT_THROW((void)p.allocate(8 * MiB), out_of_memory);  // the device is full: the pool is at its limit
   for (void* x : xs) checker.free(x);
   sim->run_until_idle();
   std::uint64_t calls = p.stats().driver.memory_calls();
@@ -319,7 +320,7 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
 // handle, as for one that wake() joined, rather than pin it whole. Those splits keep loops near
 // their capacity from failing (docs/RESULTS.md, section 0, "Six more rules at the device's limit").
 TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
-  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));  // x's growth leaves room for four of it
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));  // x's growth leaves room for four of it
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   stream_t s = nullptr;
@@ -327,8 +328,8 @@ TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
   void* x = checker.allocate(64 * MiB, s);
   const std::multiset<std::size_t> grown{64 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
-  p.set_byte_cap(64 * MiB);
-  EXPECT_THROW((void)p.allocate(8 * MiB, s), out_of_memory);  // the cap is met: the pool is at its limit
+  set_room(*sim, 64 * MiB);
+  EXPECT_THROW((void)p.allocate(8 * MiB, s), out_of_memory);  // the device is full: the pool is at its limit
   checker.free_after_work(x, 500.0);  // on s, behind queued work
   const std::uint64_t waits = p.stats().driver.wait_calls();
   void* small = checker.allocate(8 * MiB, s);
@@ -349,7 +350,7 @@ TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
 // device's limit"). The requests are small beside the device, so that it does not fill before
 // (page_table::filling).
 TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails) {
-  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   std::vector<void*> a;
@@ -376,7 +377,8 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{64 * MiB})) << "release() ended it";
   p.set_byte_cap(128 * MiB);
   void* e = checker.allocate(48 * MiB);  // the cap leaves 16 MiB, less than a quarter of 112
-  EXPECT_EQ(handle_sizes(p).count(8 * MiB), 6u) << "a lowered cap is looked at by the next growth";
+  EXPECT_EQ(handle_sizes(p).count(2 * MiB), 24u)
+      << "a lowered cap is looked at by the next growth: e in granules, a 256th of the cap being less";
   checker.check();
   checker.free(d);
   checker.free(e);
@@ -387,7 +389,7 @@ TEST(PoolOutOfMemory, NearTheLimitGrowthMakesTheLimitsHandlesBeforeAnythingFails
 // from its first step pins at most that much of a handle its activations left (docs/RESULTS.md,
 // section 0, "The device filling").
 TEST(PoolOutOfMemory, WhileTheDeviceFillsGrowthMakes20MiBHandles) {
-  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* a = checker.allocate(128 * MiB);  // leaves room for seven of it
@@ -407,7 +409,7 @@ TEST(PoolOutOfMemory, WhileTheDeviceFillsGrowthMakes20MiBHandles) {
 // frees, which it does not wait for (a wait there moved later layouts). A block of a quarter or
 // more keeps it whole.
 TEST(PoolOutOfMemory, WhileTheDeviceFillsASmallBlockSplitsAHandleMadeBefore) {
-  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* x = checker.allocate(64 * MiB);  // x and z leave room for more than six of them: 64 MiB handles
@@ -448,7 +450,7 @@ TEST(PoolOutOfMemory, WhileTheDeviceFillsASmallBlockSplitsAHandleMadeBefore) {
 // handles until the driver refused and handed them all back (docs/RESULTS.md, section 0, "On an
 // H100: the optimizer-state hint, the diffusion U-Net at 1.10x its peak").
 TEST(PoolOutOfMemory, AtTheLimitAGrowthTheDeviceCannotGiveIsNotTried) {
-  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(256 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* a = checker.allocate(96 * MiB);
@@ -504,11 +506,12 @@ TEST(PoolOutOfMemory, AtTheLimitALargeRequestHandsBackItsOwnArenasHandlesFirst) 
   checker.free(c);
 }
 
-// The limit ends when the device has room again: here a byte cap met and then raised (as
+// The limit ends when the device has room again: here a byte cap met and then lifted (as
 // torch.cuda.set_per_process_memory_fraction may). While the room left is short of a quarter of
-// what the pool holds, growth keeps making 8 MiB handles; after the raise, handles of up to 64 MiB.
+// what the pool holds, growth keeps making small handles (8 MiB at most; under a cap of 96 MiB, of
+// which a 256th is less than a granule, granules); once lifted, handles of up to 64 MiB.
 TEST(PoolOutOfMemory, TheLimitEndsWhenTheDeviceHasRoomAgain) {
-  auto sim = std::make_shared<sim_driver>(small_device(1024 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* a = checker.allocate(48 * MiB);  // made with the device's room: a handle each
@@ -528,7 +531,7 @@ TEST(PoolOutOfMemory, TheLimitEndsWhenTheDeviceHasRoomAgain) {
   EXPECT_EQ(sizes.count(24 * MiB), 1u);
   EXPECT_EQ(sizes.count(12 * MiB), 0u) << "d in handles of 8 MiB at most";
   checker.check();
-  p.set_byte_cap(1024 * MiB);
+  p.set_byte_cap(std::numeric_limits<std::size_t>::max());  // lifted
   void* e = checker.allocate(96 * MiB);
   sizes = handle_sizes(p);
   EXPECT_EQ(sizes.count(64 * MiB), 1u) << "e in a 64 MiB handle and the rest: the limit has ended";
@@ -539,7 +542,7 @@ TEST(PoolOutOfMemory, TheLimitEndsWhenTheDeviceHasRoomAgain) {
 // The same when the room comes from another process (here another pool on the device) handing
 // back what it held: the next growth sees it and makes handles of up to 64 MiB again.
 TEST(PoolOutOfMemory, TheLimitEndsWhenAnotherProcessGivesMemoryBack) {
-  auto sim = std::make_shared<sim_driver>(small_device(256 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(256 * MiB));
   pool other(sim, 0);
   void* others = other.allocate(160 * MiB);
   pool p(sim, 0);

@@ -165,7 +165,7 @@ struct carve_outcome {
 constexpr std::size_t largest_handle = 64 * MiB;
 
 carve_outcome carve_from_own_free(double work_us, std::size_t kept_bytes) {
-  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* whole = checker.allocate(largest_handle);  // one handle
@@ -203,7 +203,7 @@ TEST(PoolRelease, ABlockCarvedWhileItsStreamsFreeIsQueuedLeavesTheHandleWhole) {
 // covers less than three quarters of it: it pins the whole handle while it lives either way, and
 // a split would cost an unmap, a release and two new handles.
 TEST(PoolRelease, ABlockTouchingEveryGranuleOfAHandleLeavesItWhole) {
-  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   void* x = checker.allocate(3 * MiB / 2);  // granule 0, one granule handle
@@ -229,7 +229,7 @@ TEST(PoolRelease, ABlockTouchingEveryGranuleOfAHandleLeavesItWhole) {
 // the growth's last handle is small anyway (a granule and a quarter of the largest handle at most):
 // the neighbour then pins at most a quarter of a handle more, and the growth makes one handle fewer.
 TEST(PoolRelease, OnlyAGrowthWhoseLastHandleIsLargeGivesItsEndGranuleAHandleOfItsOwn) {
-  auto sim = std::make_shared<sim_driver>(small_device(512 * MiB));
+  auto sim = std::make_shared<sim_driver>(device_with_room(512 * MiB));
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   const std::size_t largest = 64 * MiB;  // growth's largest handle (page_table::largest_growth_handle)

@@ -178,13 +178,14 @@ TEST(ReplayNearCapacity, AVariableLengthGptLoopFailsNothingOnAGpuATwentiethLarge
 }
 
 // pool_options::compact_on_out_of_memory: on a GPU a fiftieth larger than its peak in use, with
-// the GPU 50 ms behind, the generation loop fails allocations that only the granules its live
-// blocks leave untouched could serve; with the option the out-of-memory path moves those blocks'
-// bytes and every allocation succeeds (docs/RESULTS.md, section 0, "Compaction on the
-// out-of-memory path").
+// the GPU 50 ms behind, the diffusion U-Net's loop fails allocations that only the granules its
+// live blocks leave untouched could serve; with the option the out-of-memory path moves those
+// blocks' bytes and every allocation succeeds (docs/RESULTS.md, section 0, "Compaction on the
+// out-of-memory path"; the generation loop this test first used fails none since handles are a
+// 256th of the device at most: "Handles a 256th of the device").
 TEST(ReplayNearCapacity, CompactionOnTheOutOfMemoryPathServesWhatWouldFailOnAGpuAFiftiethLargerThanItsPeak) {
-  TIDEPOOL_SKIP_UNLESS_READABLE("hf_llama_generate.csv.xz");
-  const trace t = read_bundled_trace("hf_llama_generate.csv.xz");
+  TIDEPOOL_SKIP_UNLESS_READABLE("sd_unet_buckets.csv.xz");
+  const trace t = read_bundled_trace("sd_unet_buckets.csv.xz");
   replay_options options;
   options.passes = 3;
   options.gpu_lag_us = 50'000.0;
