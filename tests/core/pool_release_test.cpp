@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "pool_checker.hpp"
 
@@ -150,6 +153,42 @@ TEST(PoolRelease, LargeRequestsUseLargerHandles) {
   const std::size_t returned = p.release();
   EXPECT_EQ(returned, 1024 * MiB + 16 * MiB);
   EXPECT_EQ(returned, p.stats().released_bytes);
+}
+
+// No handle is larger than a 256th of what the pool could hold: the device's capacity, or a byte
+// cap below it (page_table.cpp). A 16 GiB device gets growth's usual 64 MiB handles; a 4 GiB one 16
+// MiB; a cap of 1 GiB 4 MiB from the growth after it is set, until it is lifted.
+TEST(PoolRelease, HandlesAreA256thOfTheDeviceOrItsByteCapAtMost) {
+  const auto sizes_of_growth = [](pool& p, std::size_t bytes) {
+    const std::multiset<std::size_t> before = handle_sizes(p);
+    void* x = p.allocate(bytes);
+    std::multiset<std::size_t> made = handle_sizes(p);
+    for (std::size_t size : before) made.erase(made.find(size));
+    return std::pair{x, made};
+  };
+  const auto all_of = [](std::size_t count, std::size_t size) {
+    const std::vector<std::size_t> sizes(count, size);
+    return std::multiset<std::size_t>(sizes.begin(), sizes.end());
+  };
+  sim_config large;
+  large.capacity = 16384 * MiB;
+  pool on_large(std::make_shared<sim_driver>(large), 0);
+  auto [a, a_handles] = sizes_of_growth(on_large, 256 * MiB);
+  EXPECT_EQ(a_handles, all_of(4, 64 * MiB));
+  on_large.deallocate(a);
+
+  sim_config small;
+  small.capacity = 4096 * MiB;
+  pool p(std::make_shared<sim_driver>(small), 0);
+  auto [b, b_handles] = sizes_of_growth(p, 256 * MiB);
+  EXPECT_EQ(b_handles, all_of(16, 16 * MiB));
+  p.set_byte_cap(1024 * MiB);
+  auto [c, c_handles] = sizes_of_growth(p, 64 * MiB);
+  EXPECT_EQ(c_handles, all_of(16, 4 * MiB));
+  p.set_byte_cap(std::numeric_limits<std::size_t>::max());
+  auto [d, d_handles] = sizes_of_growth(p, 64 * MiB);
+  EXPECT_EQ(d_handles, all_of(4, 16 * MiB)) << "the cap lifted: the device's 256th again";
+  for (void* x : {b, c, d}) p.deallocate(x);
 }
 
 // Away from the device's limit a block carved from a large free handle keeps the handle whole
