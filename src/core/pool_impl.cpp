@@ -2,7 +2,6 @@
 // and figures, and the errors for bad input (each names the value and leaves the pool as it was).
 #include "core/pool_impl.hpp"
 
-#include <cstdlib>
 #include <fmt/format.h>
 
 #include <limits>

@@ -41,10 +41,10 @@ void* allocate_counting(pool& p, pool_checker& checker, std::size_t size, alloca
   return ptr;
 }
 
-// At the limit (a device with 96 MiB of room, met once), a 56 MiB free block in seven of the limit's 8 MiB
-// handles lies between two live blocks, and a 58 MiB request fits nowhere: the out-of-memory path
-// hands the seven back and growth maps 58 MiB in a new room above, seven 8 MiB handles and one of
-// 2 MiB.
+// At the limit (a device with 96 MiB of room, met once), a 56 MiB free block in seven of the
+// limit's 8 MiB handles lies between two live blocks, and a 58 MiB request fits nowhere: the
+// out-of-memory path hands the seven back and growth maps 58 MiB in a new room above, seven 8 MiB
+// handles and one of 2 MiB.
 class PoolHandleRecyclingAtTheLimit : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -270,7 +270,7 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   sim->run_until_idle();
   (void)p.release();
   EXPECT_TRUE(handle_sizes(p).empty());
-  void* d = checker.allocate(48 * MiB);  // the room left is less than four of a: the device fills
+  void* d = checker.allocate(48 * MiB);  // the room left is less than six of a: the device fills
   EXPECT_EQ(handle_sizes(p), (std::multiset<std::size_t>{8 * MiB, 20 * MiB, 20 * MiB}))
       << "release() ended the limit: 20 MiB handles, not the limit's 8";
   checker.free(d);
@@ -320,7 +320,7 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
 // handle, as for one that wake() joined, rather than pin it whole. Those splits keep loops near
 // their capacity from failing (docs/RESULTS.md, section 0, "Six more rules at the device's limit").
 TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
-  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));  // x's growth leaves room for four of it
+  auto sim = std::make_shared<sim_driver>(device_with_room(1024 * MiB));  // x's growth leaves the device room
   pool p(sim, 0);
   pool_checker checker(*sim, p);
   stream_t s = nullptr;
