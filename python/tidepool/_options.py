@@ -105,8 +105,9 @@ def set_pool_options(**changes):
 def set_byte_cap(bytes, device=0):
     """Changes the most `device`'s pool maps, at any time (None lifts the cap): memory mapped
     beyond a lowered cap stays until it is freed and released; an allocation that would grow past
-    it releases free cached memory first, then fails as out of memory. Before the device's pool
-    exists, the pool is made with this cap. Tags' pools keep their own (set_pool_options' byte_cap).
+    it releases free cached memory first, then fails as out of memory. Handles made under a cap
+    are a 256th of it at most, as on a device of that size. Before the device's pool exists, the
+    pool is made with this cap. Tags' pools keep their own (set_pool_options' byte_cap).
     0 lets the pool grow no more."""
     fn = "set_byte_cap"
     device = _arguments.device(fn, device)
