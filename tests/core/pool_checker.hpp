@@ -263,11 +263,14 @@ inline sim_config small_device(std::size_t capacity = 1024 * MiB, bool virtual_m
   return config;
 }
 
-// A device of 16 GiB, whose 256th is growth's largest handle (64 MiB: page_table.cpp), of which
-// other processes hold all but `room`: the device's limit within a small room, with the handles of
-// a device of the usual size (on a small device itself every handle is smaller).
+// The smallest device whose 256th is growth's largest handle (64 MiB: page_table.cpp); on a
+// smaller one every handle is smaller.
+constexpr std::size_t full_handles_device_bytes = std::size_t{16384} * MiB;
+
+// A device of full_handles_device_bytes of which other processes hold all but `room`: the device's
+// limit within a small room, with the handles of a device of the usual size.
 inline sim_config device_with_room(std::size_t room) {
-  sim_config config = small_device(std::size_t{16384} * MiB);
+  sim_config config = small_device(full_handles_device_bytes);
   config.other_processes_bytes = config.capacity - room;
   return config;
 }
@@ -275,7 +278,7 @@ inline sim_config device_with_room(std::size_t room) {
 // Makes the room of a device_with_room `bytes`: the device's limit met as a byte cap would meet
 // it, without the cap's smaller handles (a byte cap bounds them as a small device does).
 inline void set_room(sim_driver& sim, std::size_t bytes) {
-  sim.set_other_processes_bytes(0, std::size_t{16384} * MiB - bytes);
+  sim.set_other_processes_bytes(0, full_handles_device_bytes - bytes);
 }
 
 // The sizes of the physical handles `p` holds.

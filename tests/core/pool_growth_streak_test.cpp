@@ -33,7 +33,7 @@ struct load_outcome {
 };
 load_outcome load_model(bool temporaries) {
   sim_config config;
-  config.capacity = 16384 * MiB;
+  config.capacity = full_handles_device_bytes;
   auto sim = std::make_shared<sim_driver>(config);
   pool p(sim, 0);
   std::vector<void*> loaded;

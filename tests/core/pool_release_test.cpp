@@ -171,7 +171,7 @@ TEST(PoolRelease, HandlesAreA256thOfTheDeviceOrItsByteCapAtMost) {
     return std::multiset<std::size_t>(sizes.begin(), sizes.end());
   };
   sim_config large;
-  large.capacity = 16384 * MiB;
+  large.capacity = full_handles_device_bytes;
   pool on_large(std::make_shared<sim_driver>(large), 0);
   auto [a, a_handles] = sizes_of_growth(on_large, 256 * MiB);
   EXPECT_EQ(a_handles, all_of(4, 64 * MiB));
