@@ -118,8 +118,9 @@ block* pool_impl::allocate_slow(arena& where, std::size_t size, std::size_t requ
   if (may_grow && grow(where, size, s.slot) == growth::grown) {
     if (block* b = where.take(size, s.slot)) return b;
   }
-  // Growth failed at the device's limit (or the byte cap): from here handles are smaller, so that
-  // what live blocks pin can be handed back (page_table.cpp).
+  // Growth failed at the device's limit (or the byte cap): from here the out-of-memory path hands
+  // back only what requests lack, and once it finds memory stranded in the rests of handles live
+  // blocks pin, handles are smaller, so that what they pin can be handed back (page_table.cpp).
   pages_.set_at_limit(true);
   return out_of_memory_path(where, size, requested, s);
 }

@@ -16,6 +16,11 @@
 // only when what the driver can still give falls short and the handles cover the rest, those of
 // the request's own arena first. When nothing helps, the cache stays as it was, and
 // tidepool::out_of_memory carries the figures a user needs to understand why.
+//
+// The path also tells the pool at its limit when it strands memory (page_table::mark_stranding):
+// at an entry where free memory outside whole free handles is more than a 64th of what it holds,
+// where what it holds free cannot serve the request, and when a request fails. Only from then on
+// are handles smaller and split (page_table.cpp, placement.cpp).
 #include <fmt/format.h>
 
 #include <limits>
@@ -30,6 +35,9 @@ namespace tidepool::detail {
 namespace {
 constexpr std::uint64_t any_tick = std::numeric_limits<std::uint64_t>::max();
 constexpr std::size_t everything = std::numeric_limits<std::size_t>::max();
+// The pool at the limit strands memory (page_table::mark_stranding) once free memory outside whole
+// free handles is more than this fraction of what it holds at an entry to the path.
+constexpr std::size_t stranded_of_held_inverse = 64;
 
 // Recycles the handles handed back while it lives (page_table::start_recycling); those growth did
 // not take go back to the driver when it ends, on every way out.
@@ -140,6 +148,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
       // it makes again rather than the driver releasing and creating them (handle_recycling.cpp).
       const recycling_scope recycling(pages_, virtual_memory_);
       const std::optional<std::size_t> driver_room = make_room();
+      if (!driver_room) pages_.mark_stranding();  // what the pool holds free cannot serve it
       if (!driver_room || !growth_fits(*driver_room)) return nullptr;
       const std::size_t held_before_growth = pages_.held_bytes();
       grown = grow(where, size, s.slot) == growth::grown;
@@ -152,6 +161,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     return b;
   };
 
+  mark_stranding_if_rests_hold_much();
   hand_over_completed_frees();
   hand_back_growth(held_before_miss_);
   if (!over_byte_cap(size)) {
@@ -181,6 +191,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
       if (block* b = retry()) return recovered(b);
     }
   }
+  pages_.mark_stranding();
   out_of_memory_report report;
   report.device = device_;
   report.requested_bytes = requested;
@@ -192,6 +203,20 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
   if (virtual_memory_ && !options_.alias_free_handles) report.compactable_bytes = compactable_bytes();
   if (recording_) note(recorded_event::kind::allocate_failure, 0, requested, s.stream);
   throw out_of_memory(report);
+}
+
+void pool_impl::mark_stranding_if_rests_hold_much() {
+  // Free memory outside whole free handles (the rests of handles live blocks pin, and free blocks
+  // within granules live ones share) is what only smaller handles and splits could have kept
+  // reachable. A loop whose large blocks cover their handles whole leaves little of it, and at its
+  // limit is spared their driver calls; one that strands a 64th of what it holds is near failing
+  // requests the pool holds enough for (docs/RESULTS.md, section 0, "Smaller handles at the limit
+  // only once memory strands").
+  const std::size_t held = pages_.held_bytes();
+  const std::size_t live_or_in_whole_free_handles = in_use_ + whole_free_handle_bytes();
+  if (held > live_or_in_whole_free_handles && (held - live_or_in_whole_free_handles) * stranded_of_held_inverse > held) {
+    pages_.mark_stranding();
+  }
 }
 
 std::size_t pool_impl::largest_possible(std::size_t driver_free) {

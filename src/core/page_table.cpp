@@ -9,21 +9,26 @@
 // the cap no longer decides what a program can get back, only what release() gets without a move;
 // at 64 MiB a loop's first pass calls the driver less than expandable segments' 20 MiB pages do
 // (docs/RESULTS.md, section 0, "64 MiB handles and no splits"). At the device's limit (once the
-// pool's out-of-memory path has run, until release() or the device has room again: growth.cpp) the
-// cap is 8 MiB: there the free rest of a handle that a live block pins is memory no request can use
+// pool's out-of-memory path has run, until release() or the device has room again: growth.cpp)
+// and stranding (the path has found free memory stranded in the rests of handles live blocks pin,
+// a 64th of what the pool holds, or a request it could not serve: out_of_memory_path.cpp) the cap
+// is 8 MiB: there the free rest of a handle that a live block pins is memory no request can use
 // and the out-of-memory path cannot hand back without moving bytes, and larger handles stranded
 // enough of it to fail allocations on devices where expandable segments ran (docs/RESULTS.md,
-// section 0, "Handles at the device's limit"); the calls more handles cost are paid only by a pool
-// at its limit. Near the limit (a growth would leave the device less room than a quarter of what
-// the pool holds: growth.cpp), before any allocation has failed, the last 256 MiB of each growth
-// are mapped in 8 MiB handles too: a loop at its capacity cuts and remaps the handles made while
-// the pool grew into that last room, and 64 MiB ones there stranded rests that failed allocations
-// where 8 MiB ones do not. What a growth maps before its last 256 MiB lies under the request's own
-// block, which covers those handles whole; made 8 MiB as well, a loop's huge blocks cost several
-// times the first pass's driver calls for no allocation saved (docs/RESULTS.md, section 0, "Near
-// the device's limit"). Placement's rules stay those away from the limit until the out-of-memory
-// path runs: with them, the 64 MiB handles made before were split in every such loop's first
-// passes, for several times the driver calls.
+// section 0, "Handles at the device's limit"). A pool at its limit that strands little (most
+// loops at a few percent above their peak: their large blocks cover their handles whole) keeps 64
+// MiB handles and placement's rules away from the limit: the 8 MiB handles and splits cost such a
+// loop several times expandable segments' driver calls for no allocation saved (section 0,
+// "Smaller handles at the limit only once memory strands"). Near the limit (a growth would leave
+// the device less room than a quarter of what the pool holds: growth.cpp), before any allocation
+// has failed, the last 256 MiB of each growth are mapped in 8 MiB handles: a loop at its capacity
+// cuts and remaps the handles made while the pool grew into that last room, and 64 MiB ones there
+// stranded rests that failed allocations where 8 MiB ones do not. What a growth maps before its
+// last 256 MiB lies under the request's own block, which covers those handles whole; made 8 MiB as
+// well, a loop's huge blocks cost several times the first pass's driver calls for no allocation
+// saved (docs/RESULTS.md, section 0, "Near the device's limit"). Placement's rules stay those away
+// from the limit until the pool strands: with the limit's splits, the 64 MiB handles made before
+// were split in every such loop's first passes, for several times the driver calls.
 // While the device fills (a growth would leave the device less room than six of the largest
 // requests the pool has served: growth.cpp), before any of that, growth's handles are 20 MiB, and
 // placement splits a larger handle made before under a block smaller than a quarter of it into
@@ -306,7 +311,7 @@ void page_table::set_device_bytes(std::size_t bytes) noexcept {
 
 std::size_t page_table::largest_growth_handle(bool aliasing) const noexcept {
   if (aliasing) return max_aliased_handle_granules * granularity_;
-  return std::min((at_limit_ ? max_handle_granules_at_limit : max_large_handle_granules) * granularity_,
+  return std::min((stranding_ ? max_handle_granules_at_limit : max_large_handle_granules) * granularity_,
                   largest_handle_of_device_);
 }
 

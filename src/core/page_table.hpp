@@ -168,9 +168,19 @@ class page_table {
   void set_device_bytes(std::size_t bytes) noexcept;
   /// Whether the pool is at the device's limit: its out-of-memory path has run, and since then
   /// neither release() nor a growth that found the device with room again (growth.cpp) ended it.
-  /// There growth and placement's splits make smaller handles (see the policy in page_table.cpp).
-  void set_at_limit(bool at_limit) noexcept { at_limit_ = at_limit; }
+  /// Ending the limit ends stranding() too.
+  void set_at_limit(bool at_limit) noexcept {
+    at_limit_ = at_limit;
+    if (!at_limit) stranding_ = false;
+  }
   [[nodiscard]] bool at_limit() const noexcept { return at_limit_; }
+  /// Marks the pool at the limit as stranding memory: its out-of-memory path found free memory
+  /// stranded in the rests of handles live blocks pin, or a request it could not serve
+  /// (out_of_memory_path.cpp). From then until the limit ends, growth makes the limit's smaller
+  /// handles and placement splits large ones (see the policy in page_table.cpp); before, the limit
+  /// changes neither. Ignored away from the limit.
+  void mark_stranding() noexcept { stranding_ = at_limit_; }
+  [[nodiscard]] bool stranding() const noexcept { return stranding_; }
   /// Whether the pool is near the device's limit: a growth found that it would leave the device
   /// less room than a quarter of what the pool holds (growth.cpp), and nothing has ended it since
   /// (as at_limit()). There the last 256 MiB of each growth are in the limit's handles; placement
@@ -259,6 +269,7 @@ class page_table {
   void name_pages(address_range& range, device_address at, std::size_t size, std::uint32_t id) noexcept;
 
   bool at_limit_ = false;
+  bool stranding_ = false;  // only while at_limit_
   bool near_limit_ = false;
   bool filling_ = false;
   std::size_t largest_handle_of_device_ = static_cast<std::size_t>(-1);  // set_device_bytes

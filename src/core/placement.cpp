@@ -13,14 +13,18 @@
 // a handle growth made is never split under a block: the rest a live block pins goes back on
 // compact() (compaction.cpp), and the splits that kept it off release() cost the first pass more
 // driver time than expandable segments' on most loops (docs/RESULTS.md, section 0, "64 MiB handles
-// and no splits"). At the device's limit, and for handles larger than growth makes (below), a block
-// that would cut a large handle lying wholly inside the free block it is carved from, and cover
+// and no splits"). At the device's limit once the pool strands memory there (free rests of handles
+// live blocks pin: page_table::stranding, out_of_memory_path.cpp; before, the rules away from the
+// limit hold, and a loop a few percent above its peak is spared the splits' calls: section 0,
+// "Smaller handles at the limit only once memory strands"), and for handles larger than growth
+// makes (below), a block that would cut a large handle lying wholly inside the free block it is
+// carved from, and cover
 // less than three quarters of it, has the handle replaced by handles split where the block's
 // granules begin and end (repair_worthwhile, remap_split): a block that outlives its neighbours then
 // pins its own granules, not the rest of a large handle, and the out-of-memory path can hand that
 // rest back. A block covering three quarters or more keeps the handle whole, and so does a block
 // that touches every granule of the handle: it pins the whole handle by itself. At the device's
-// limit, where growth's handles are 8 MiB, a block keeps whole a handle it leaves at most half of
+// limit, stranding, where growth's handles are 8 MiB, a block keeps whole a handle it leaves at most half of
 // one (4 MiB) uncovered: a loop at its capacity places new shapes in every step, and splitting
 // them cost more calls than the pinned rest saved allocations (docs/RESULTS.md, section 0,
 // "Splits at the device's limit").
@@ -30,8 +34,8 @@
 // A handle larger than growth makes now is split rather than left whole for want of the stream's
 // frees: the pool waits for them (take()'s may_wait, growth.cpp) and takes again, once per such
 // handle, since its pieces are growth's sizes. Those are the handles wake() joined under one live
-// block (sleep_wake.cpp), and at the device's limit, where growth makes 8 MiB handles, the 64 MiB
-// ones made before it: there the wait is what lets a block cut from the stream's fresh frees split
+// block (sleep_wake.cpp), and at the device's limit, stranding, where growth makes 8 MiB handles,
+// the 64 MiB ones made before it: there the wait is what lets a block cut from the stream's fresh frees split
 // one, and those splits keep allocations from failing near the capacity; the waits cost a loop
 // there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's limit"). A
 // block covering three quarters of such a handle keeps it whole only if the rest is no more than a
@@ -173,13 +177,14 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
                               device_address end, std::uint32_t slot) {
   // Splitting needs the handle wholly free (inside c).
   if (h.at < c->address || h.at + h.size > c->end()) return false;
-  // Away from the device's limit a handle growth made stays whole (the file's header says why);
-  // an aliasing arena keeps the splits it was measured with. While the device fills, a block
-  // smaller than a quarter of a handle larger than the pieces made then splits it.
+  // Away from the device's limit, and at it until the pool strands memory there, a handle growth
+  // made stays whole (the file's header says why); an aliasing arena keeps the splits it was
+  // measured with. While the device fills, a block smaller than a quarter of a handle larger than
+  // the pieces made then splits it.
   const bool small_block_while_filling = pages_.filling() && !pages_.at_limit() && !settings_.aliases &&
                                          h.size > pages_.largest_new_handle(false) &&
                                          4 * (end - start) < h.size;
-  if (!small_block_while_filling && !pages_.at_limit() && !settings_.aliases &&
+  if (!small_block_while_filling && !pages_.stranding() && !settings_.aliases &&
       h.size <= pages_.largest_growth_handle(false)) {
     return false;
   }
@@ -194,10 +199,10 @@ bool arena::repair_worthwhile(const page_table::handle_record& h, const block* c
   if (4 * covered >= 3 * h.size && 4 * (h.size - covered) <= pages_.largest_growth_handle(settings_.aliases)) {
     return false;
   }
-  // At the device's limit (growth's handles 8 MiB): a block leaving at most half of one uncovered
-  // keeps the handle whole, pinning at most 4 MiB more, where a split would cost an unmap, a
-  // release and new handles in every step of a loop at its capacity.
-  if (pages_.at_limit() && !settings_.aliases && 2 * (h.size - covered) <= pages_.largest_growth_handle(false)) {
+  // At the device's limit, stranding (growth's handles 8 MiB): a block leaving at most half of one
+  // uncovered keeps the handle whole, pinning at most 4 MiB more, where a split would cost an
+  // unmap, a release and new handles in every step of a loop at its capacity.
+  if (pages_.stranding() && !settings_.aliases && 2 * (h.size - covered) <= pages_.largest_growth_handle(false)) {
     return false;
   }
   // A block that touches every granule of the handle pins all of it while it lives, split or not:

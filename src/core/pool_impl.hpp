@@ -511,6 +511,9 @@ class pool_impl {
     return !over_byte_cap(size) && need <= room && options_.headroom <= room - need;
   }
   block* out_of_memory_path(arena& where, std::size_t size, std::size_t requested, stream_state& s);
+  /// At the path's entry: marks the pool stranding (page_table::mark_stranding) when free memory
+  /// outside whole free handles is more than a 64th of what it holds.
+  void mark_stranding_if_rests_hold_much();
   [[nodiscard]] std::size_t largest_possible(std::size_t driver_free);
   /// What growth may still create when the driver has `driver_free` bytes free: within the
   /// headroom and the byte cap.
