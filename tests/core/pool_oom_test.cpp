@@ -242,7 +242,8 @@ TEST(PoolOutOfMemory, AtTheLimitOnlyWhatExtendingTheLargestFreeBlockLacksGoesBac
   checker.free(y);
 }
 
-// At the device's limit growth makes handles of at most 8 MiB, so that a block outliving its
+// At the device's limit growth makes handles of at most 8 MiB (here those of the limit's approach,
+// which are the last 256 MiB of each growth; once memory strands, all), so that a block outliving its
 // neighbours pins at most that much free memory the out-of-memory path cannot hand back; release()
 // ends it, and growth makes larger handles again: 20 MiB while the device's room is less than
 // six of the largest requests, up to 64 MiB beyond (docs/RESULTS.md, section 0, "Handles at
@@ -283,6 +284,46 @@ TEST(PoolOutOfMemory, AtTheLimitGrowthMakesSmallerHandlesUntilRelease) {
   checker.free(d);
 }
 
+// At the device's limit a pool that strands little keeps placement's rules as away from it: a
+// block cutting a free 64 MiB handle leaves it whole, with no driver call. The limit's splits would
+// cost a loop a few percent above its peak several times expandable segments' driver calls for no
+// allocation saved. Once the out-of-memory path finds free memory stranded in the rests of handles
+// live blocks pin (more than a 64th of what the pool holds), such a block splits the handle, and
+// growth makes the limit's 8 MiB handles (docs/RESULTS.md, section 0, "Smaller handles at the limit
+// only once memory strands").
+TEST(PoolOutOfMemory, AtTheLimitPlacementSplitsOnlyOnceMemoryStrands) {
+  auto sim = std::make_shared<sim_driver>(device_with_room(4096 * MiB));  // far from filling as it grows
+  pool p(sim, 0);
+  pool_checker checker(*sim, p);
+  std::vector<void*> x;
+  for (int i = 0; i < 6; ++i) x.push_back(checker.allocate(64 * MiB));  // a 64 MiB handle each
+  set_room(*sim, 424 * MiB);  // 40 MiB left
+  for (int i : {0, 2, 4}) checker.free(x[i]);  // three whole free handles, none beside another
+  sim->run_until_idle();
+  // 80 MiB fits no free block and the device has 40 MiB: the out-of-memory path hands back a free
+  // handle for the growth above x[5]. Every free byte was in whole free handles: nothing strands.
+  void* q = checker.allocate(80 * MiB);
+  std::uint64_t calls = p.stats().driver.memory_calls();
+  std::multiset<std::size_t> sizes = handle_sizes(p);
+  void* s = checker.allocate(16 * MiB);  // a quarter of a free 64 MiB handle
+  EXPECT_EQ(p.stats().driver.memory_calls(), calls) << "at the limit, nothing stranded: the handle kept whole";
+  EXPECT_EQ(handle_sizes(p), sizes);
+  // s strands the other 48 MiB of its handle, more than a 64th of the 400 MiB held. 70 MiB fits no
+  // free block: the path hands back the last whole free handle for a growth above q, and from its
+  // entry the pool strands memory.
+  void* t = checker.allocate(70 * MiB);
+  checker.free(s);
+  sim->run_until_idle();
+  calls = p.stats().driver.memory_calls();
+  sizes = handle_sizes(p);
+  void* u = checker.allocate(16 * MiB);  // the same cut of the same handle, now free again
+  EXPECT_GT(p.stats().driver.memory_calls(), calls) << "stranding: the handle split";
+  EXPECT_GT(handle_sizes(p).size(), sizes.size());
+  EXPECT_EQ(handle_sizes(p).count(64 * MiB), sizes.count(64 * MiB) - 1);
+  checker.check();
+  for (void* b : {q, t, u, x[1], x[3], x[5]}) checker.free(b);
+}
+
 // At the limit a block that leaves at most half of an 8 MiB handle (4 MiB) uncovered keeps the
 // handle whole: placing it makes no driver call. One that leaves more splits the handle, as below
 // the limit, so that the free rest can go back. (Below the limit the 20 MiB block would keep its 24
@@ -298,7 +339,8 @@ TEST(PoolOutOfMemory, AtTheLimitABlockLeavingHalfAHandleKeepsItWhole) {
   const std::multiset<std::size_t> grown{16 * MiB, 24 * MiB, 24 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
   set_room(*sim, 64 * MiB);
-  EXPECT_THROW((void)p.allocate(8 * MiB), out_of_memory);  // the device is full: the pool is at its limit
+  // The device is full: the pool is at its limit, and stranding (a request failed).
+  EXPECT_THROW((void)p.allocate(8 * MiB), out_of_memory);
   for (void* x : xs) checker.free(x);
   sim->run_until_idle();
   std::uint64_t calls = p.stats().driver.memory_calls();
@@ -329,7 +371,8 @@ TEST(PoolOutOfMemory, AtTheLimitAHandleMadeBeforeItWaitsForItsStreamAndSplits) {
   const std::multiset<std::size_t> grown{64 * MiB};
   ASSERT_EQ(handle_sizes(p), grown);
   set_room(*sim, 64 * MiB);
-  EXPECT_THROW((void)p.allocate(8 * MiB, s), out_of_memory);  // the device is full: the pool is at its limit
+  // The device is full: the pool is at its limit, and stranding (a request failed).
+  EXPECT_THROW((void)p.allocate(8 * MiB, s), out_of_memory);
   checker.free_after_work(x, 500.0);  // on s, behind queued work
   const std::uint64_t waits = p.stats().driver.wait_calls();
   void* small = checker.allocate(8 * MiB, s);
