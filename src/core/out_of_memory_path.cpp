@@ -213,10 +213,9 @@ void pool_impl::mark_stranding_if_rests_hold_much() {
   // requests the pool holds enough for (docs/RESULTS.md, section 0, "Smaller handles at the limit
   // only once memory strands").
   const std::size_t held = pages_.held_bytes();
-  const std::size_t live_or_in_whole_free_handles = in_use_ + whole_free_handle_bytes();
-  if (held > live_or_in_whole_free_handles && (held - live_or_in_whole_free_handles) * stranded_of_held_inverse > held) {
-    pages_.mark_stranding();
-  }
+  const std::size_t live_or_whole = in_use_ + whole_free_handle_bytes();
+  const std::size_t stranded = held > live_or_whole ? held - live_or_whole : 0;
+  if (stranded * stranded_of_held_inverse > held) pages_.mark_stranding();
 }
 
 std::size_t pool_impl::largest_possible(std::size_t driver_free) {

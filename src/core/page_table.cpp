@@ -16,10 +16,10 @@
 // and the out-of-memory path cannot hand back without moving bytes, and larger handles stranded
 // enough of it to fail allocations on devices where expandable segments ran (docs/RESULTS.md,
 // section 0, "Handles at the device's limit"). A pool at its limit that strands little (most
-// loops at a few percent above their peak: their large blocks cover their handles whole) keeps 64
-// MiB handles and placement's rules away from the limit: the 8 MiB handles and splits cost such a
-// loop several times expandable segments' driver calls for no allocation saved (section 0,
-// "Smaller handles at the limit only once memory strands"). Near the limit (a growth would leave
+// loops at a few percent above their peak: their large blocks cover their handles whole) grows as
+// near the limit (below) and keeps placement's rules away from it: the limit's 8 MiB handles and
+// splits cost such a loop several times expandable segments' driver calls for no allocation saved
+// (section 0, "Smaller handles at the limit only once memory strands"). Near the limit (a growth would leave
 // the device less room than a quarter of what the pool holds: growth.cpp), before any allocation
 // has failed, the last 256 MiB of each growth are mapped in 8 MiB handles: a loop at its capacity
 // cuts and remaps the handles made while the pool grew into that last room, and 64 MiB ones there

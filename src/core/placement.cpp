@@ -18,16 +18,15 @@
 // limit hold, and a loop a few percent above its peak is spared the splits' calls: section 0,
 // "Smaller handles at the limit only once memory strands"), and for handles larger than growth
 // makes (below), a block that would cut a large handle lying wholly inside the free block it is
-// carved from, and cover
-// less than three quarters of it, has the handle replaced by handles split where the block's
-// granules begin and end (repair_worthwhile, remap_split): a block that outlives its neighbours then
-// pins its own granules, not the rest of a large handle, and the out-of-memory path can hand that
-// rest back. A block covering three quarters or more keeps the handle whole, and so does a block
-// that touches every granule of the handle: it pins the whole handle by itself. At the device's
-// limit, stranding, where growth's handles are 8 MiB, a block keeps whole a handle it leaves at most half of
-// one (4 MiB) uncovered: a loop at its capacity places new shapes in every step, and splitting
-// them cost more calls than the pinned rest saved allocations (docs/RESULTS.md, section 0,
-// "Splits at the device's limit").
+// carved from, and cover less than three quarters of it, has the handle replaced by handles split
+// where the block's granules begin and end (repair_worthwhile, remap_split): a block that outlives
+// its neighbours then pins its own granules, not the rest of a large handle, and the out-of-memory
+// path can hand that rest back. A block covering three quarters or more keeps the handle whole, and
+// so does a block that touches every granule of the handle: it pins the whole handle by itself. At
+// the device's limit, stranding, where growth's handles are 8 MiB, a block keeps whole a handle it
+// leaves at most half of one (4 MiB) uncovered: a loop at its capacity places new shapes in every
+// step, and splitting them cost more calls than the pinned rest saved allocations (docs/RESULTS.md,
+// section 0, "Splits at the device's limit").
 // Splitting needs the handle free for every stream (unmapping it must not race queued work): a
 // block carved from a free block of its own stream splits it only when that stream's frees are
 // known complete (the pool queries the covering event), and otherwise leaves the handle whole.
@@ -35,9 +34,9 @@
 // frees: the pool waits for them (take()'s may_wait, growth.cpp) and takes again, once per such
 // handle, since its pieces are growth's sizes. Those are the handles wake() joined under one live
 // block (sleep_wake.cpp), and at the device's limit, stranding, where growth makes 8 MiB handles,
-// the 64 MiB ones made before it: there the wait is what lets a block cut from the stream's fresh frees split
-// one, and those splits keep allocations from failing near the capacity; the waits cost a loop
-// there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's limit"). A
+// the 64 MiB ones made before it: there the wait is what lets a block cut from the stream's fresh
+// frees split one, and those splits keep allocations from failing near the capacity; the waits cost
+// a loop there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's limit"). A
 // block covering three quarters of such a handle keeps it whole only if the rest is no more than a
 // quarter of growth's largest handle.
 // While the device fills (page_table.cpp, growth.cpp), before the limit, a block smaller than a
