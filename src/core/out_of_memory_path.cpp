@@ -138,6 +138,12 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
     where.prefer_room(plan.room, s.slot);
     return true;
   };
+  // A request the pool cannot serve from what it holds free strands memory, unless it could never
+  // fit beside what is in use (could_ever_fit): such a request (a program probing the largest
+  // allocation it can make) says nothing of how the pool's memory lies.
+  auto strands = [&]() {
+    if (could_ever_fit(size)) pages_.mark_stranding();
+  };
   auto retry = [&]() -> block* {
     cover_frees(s);  // frees made on s while the lock was dropped
     settle_frees(false);
@@ -148,7 +154,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
       // it makes again rather than the driver releasing and creating them (handle_recycling.cpp).
       const recycling_scope recycling(pages_, virtual_memory_);
       const std::optional<std::size_t> driver_room = make_room();
-      if (!driver_room) pages_.mark_stranding();  // what the pool holds free cannot serve it
+      if (!driver_room) strands();  // what the pool holds free cannot serve it
       if (!driver_room || !growth_fits(*driver_room)) return nullptr;
       const std::size_t held_before_growth = pages_.held_bytes();
       grown = grow(where, size, s.slot) == growth::grown;
@@ -191,7 +197,7 @@ block* pool_impl::out_of_memory_path(arena& where, std::size_t size, std::size_t
       if (block* b = retry()) return recovered(b);
     }
   }
-  pages_.mark_stranding();
+  strands();
   out_of_memory_report report;
   report.device = device_;
   report.requested_bytes = requested;

@@ -303,6 +303,9 @@ TEST(PoolOutOfMemory, AtTheLimitPlacementSplitsOnlyOnceMemoryStrands) {
   // 80 MiB fits no free block and the device has 40 MiB: the out-of-memory path hands back a free
   // handle for the growth above x[5]. Every free byte was in whole free handles: nothing strands.
   void* q = checker.allocate(80 * MiB);
+  // A request that could never fit beside what is in use fails and says nothing of how the pool's
+  // memory lies.
+  EXPECT_THROW((void)p.allocate(full_handles_device_bytes - 84 * MiB), out_of_memory);
   std::uint64_t calls = p.stats().driver.memory_calls();
   std::multiset<std::size_t> sizes = handle_sizes(p);
   void* s = checker.allocate(16 * MiB);  // a quarter of a free 64 MiB handle
