@@ -217,7 +217,8 @@ void pool_impl::mark_stranding_if_rests_hold_much() {
   // reachable. A loop whose large blocks cover their handles whole leaves little of it, and at its
   // limit is spared their driver calls; one that strands a 64th of what it holds is near failing
   // requests the pool holds enough for (docs/RESULTS.md, section 0, "Smaller handles at the limit
-  // only once memory strands").
+  // only once memory strands"). compactable_bytes() counts the pinned rests alone, but lists every
+  // partly live handle; one walk of the free blocks serves at every entry to the path.
   const std::size_t held = pages_.held_bytes();
   const std::size_t live_or_whole = in_use_ + whole_free_handle_bytes();
   const std::size_t stranded = held > live_or_whole ? held - live_or_whole : 0;

@@ -19,16 +19,16 @@
 // loops at a few percent above their peak: their large blocks cover their handles whole) grows as
 // near the limit (below) and keeps placement's rules away from it: the limit's 8 MiB handles and
 // splits cost such a loop several times expandable segments' driver calls for no allocation saved
-// (section 0, "Smaller handles at the limit only once memory strands"). Near the limit (a growth would leave
-// the device less room than a quarter of what the pool holds: growth.cpp), before any allocation
-// has failed, the last 256 MiB of each growth are mapped in 8 MiB handles: a loop at its capacity
-// cuts and remaps the handles made while the pool grew into that last room, and 64 MiB ones there
-// stranded rests that failed allocations where 8 MiB ones do not. What a growth maps before its
-// last 256 MiB lies under the request's own block, which covers those handles whole; made 8 MiB as
-// well, a loop's huge blocks cost several times the first pass's driver calls for no allocation
-// saved (docs/RESULTS.md, section 0, "Near the device's limit"). Placement's rules stay those away
-// from the limit until the pool strands: with the limit's splits, the 64 MiB handles made before
-// were split in every such loop's first passes, for several times the driver calls.
+// (section 0, "Smaller handles at the limit only once memory strands"). Near the limit (a growth
+// would leave the device less room than a quarter of what the pool holds: growth.cpp), before any
+// allocation has failed, the last 256 MiB of each growth are mapped in 8 MiB handles: a loop at its
+// capacity cuts and remaps the handles made while the pool grew into that last room, and 64 MiB
+// ones there stranded rests that failed allocations where 8 MiB ones do not. What a growth maps
+// before its last 256 MiB lies under the request's own block, which covers those handles whole;
+// made 8 MiB as well, a loop's huge blocks cost several times the first pass's driver calls for no
+// allocation saved (docs/RESULTS.md, section 0, "Near the device's limit"). Placement's rules stay
+// those away from the limit until the pool strands: with the limit's splits, the 64 MiB handles
+// made before were split in every such loop's first passes, for several times the driver calls.
 // While the device fills (a growth would leave the device less room than six of the largest
 // requests the pool has served: growth.cpp), before any of that, growth's handles are 20 MiB, and
 // placement splits a larger handle made before under a block smaller than a quarter of it into

@@ -36,9 +36,9 @@
 // block (sleep_wake.cpp), and at the device's limit, stranding, where growth makes 8 MiB handles,
 // the 64 MiB ones made before it: there the wait is what lets a block cut from the stream's fresh
 // frees split one, and those splits keep allocations from failing near the capacity; the waits cost
-// a loop there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's limit"). A
-// block covering three quarters of such a handle keeps it whole only if the rest is no more than a
-// quarter of growth's largest handle.
+// a loop there little on a GPU (docs/RESULTS.md, section 0, "Six more rules at the device's
+// limit"). A block covering three quarters of such a handle keeps it whole only if the rest is no
+// more than a quarter of growth's largest handle.
 // While the device fills (page_table.cpp, growth.cpp), before the limit, a block smaller than a
 // quarter of a handle larger than 20 MiB splits it too, into pieces of at most 20 MiB, when the
 // handle is safe to unmap without a wait: such blocks placed then are what a loop keeps from its

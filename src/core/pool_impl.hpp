@@ -512,7 +512,8 @@ class pool_impl {
   }
   block* out_of_memory_path(arena& where, std::size_t size, std::size_t requested, stream_state& s);
   /// At the path's entry: marks the pool stranding (page_table::mark_stranding) when free memory
-  /// outside whole free handles is more than a 64th of what it holds.
+  /// outside whole free handles is more than a set fraction of what it holds
+  /// (out_of_memory_path.cpp).
   void mark_stranding_if_rests_hold_much();
   [[nodiscard]] std::size_t largest_possible(std::size_t driver_free);
   /// What growth may still create when the driver has `driver_free` bytes free: within the
